@@ -1,0 +1,60 @@
+#pragma once
+/// Callbacks: self-contained additions to training (progress bar, early stopping, checkpointing).
+/// Every hook gets the Trainer and the module; callbacks keep their own state and may save it in
+/// checkpoints (state_dict / load_state_dict), keyed by state_key().
+///
+/// Ownership: the Trainer holds callbacks as shared_ptrs. Thread-safety: hooks are called from the
+/// training thread only.
+#include <torch/types.h>
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+
+#include "volt/trainer/data.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace volt {
+
+class Trainer;
+class LightningModule;
+struct CheckpointMeta;
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  /// Identifies this callback's state in a checkpoint (default: its type name).
+  virtual std::string state_key() const = 0;
+
+  virtual void setup(Trainer&, LightningModule&, const std::string& stage) {}
+  virtual void teardown(Trainer&, LightningModule&, const std::string& stage) {}
+  virtual void on_fit_start(Trainer&, LightningModule&) {}
+  virtual void on_fit_end(Trainer&, LightningModule&) {}
+  virtual void on_train_start(Trainer&, LightningModule&) {}
+  virtual void on_train_end(Trainer&, LightningModule&) {}
+  virtual void on_train_epoch_start(Trainer&, LightningModule&) {}
+  virtual void on_train_epoch_end(Trainer&, LightningModule&) {}
+  virtual void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) {}
+  virtual void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor& loss, const Batch&,
+                                  int64_t batch_idx) {}
+  virtual void on_validation_start(Trainer&, LightningModule&) {}
+  virtual void on_validation_end(Trainer&, LightningModule&) {}
+  virtual void on_validation_epoch_start(Trainer&, LightningModule&) {}
+  virtual void on_validation_epoch_end(Trainer&, LightningModule&) {}
+  virtual void on_validation_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) {}
+  virtual void on_test_epoch_end(Trainer&, LightningModule&) {}
+  virtual void on_before_backward(Trainer&, LightningModule&, const torch::Tensor& loss) {}
+  virtual void on_after_backward(Trainer&, LightningModule&) {}
+  virtual void on_before_optimizer_step(Trainer&, LightningModule&, torch::optim::Optimizer&) {}
+  virtual void on_save_checkpoint(Trainer&, LightningModule&, CheckpointMeta&) {}
+  virtual void on_load_checkpoint(Trainer&, LightningModule&, const CheckpointMeta&) {}
+  /// The exception that is about to end fit (for cleanup); the Trainer rethrows it afterwards.
+  virtual void on_exception(Trainer&, LightningModule&, const std::exception&) {}
+
+  virtual YAML::Node state_dict() const { return YAML::Node(YAML::NodeType::Map); }
+  virtual void load_state_dict(const YAML::Node& state) {}
+};
+
+}  // namespace volt

@@ -1,0 +1,35 @@
+#pragma once
+/// EarlyStopping: stops fit when `monitor` has not improved by `min_delta` for `patience`
+/// validation checks, as Lightning's. All ranks agree on the decision. State is checkpointed.
+#include "volt/callbacks/callback.h"
+
+namespace volt {
+
+struct EarlyStoppingOptions {
+  std::string monitor = "val_loss";
+  double min_delta = 0.0;
+  int64_t patience = 3;
+  std::string mode = "min";
+  bool check_finite = true;
+  bool strict = true;  // error if the monitor was never logged
+};
+
+class EarlyStopping : public Callback {
+ public:
+  explicit EarlyStopping(EarlyStoppingOptions options);
+  std::string state_key() const override { return "EarlyStopping{monitor=" + options_.monitor + "}"; }
+  void on_validation_end(Trainer&, LightningModule&) override;
+  YAML::Node state_dict() const override;
+  void load_state_dict(const YAML::Node& state) override;
+  int64_t wait_count() const { return wait_count_; }
+  double best_score() const { return best_; }
+  int64_t stopped_epoch() const { return stopped_epoch_; }
+
+ private:
+  EarlyStoppingOptions options_;
+  double best_;
+  int64_t wait_count_ = 0;
+  int64_t stopped_epoch_ = -1;
+};
+
+}  // namespace volt

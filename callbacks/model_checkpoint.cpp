@@ -1,0 +1,155 @@
+#include "volt/callbacks/model_checkpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <regex>
+
+#include "volt/trainer/trainer.h"
+
+namespace volt {
+
+namespace fs = std::filesystem;
+
+void ModelCheckpointOptions::validate() const {
+  VOLT_CHECK(mode == "min" || mode == "max", ConfigError, "ModelCheckpoint.mode: expected 'min' or 'max', got '", mode, "'");
+  VOLT_CHECK(save_top_k >= -1, ConfigError, "ModelCheckpoint.save_top_k: must be >= -1, got ", save_top_k);
+  VOLT_CHECK(every_n_train_steps >= 0 && every_n_epochs >= 0, ConfigError,
+             "ModelCheckpoint: every_n_train_steps and every_n_epochs must be >= 0");
+  VOLT_CHECK(!(save_top_k > 1 && monitor.empty()), ConfigError,
+             "ModelCheckpoint: save_top_k=", save_top_k, " needs a monitor to rank checkpoints");
+}
+
+ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) { options_.validate(); }
+
+std::string ModelCheckpoint::dir(const Trainer& t) const {
+  return options_.dirpath.empty() ? (fs::path(t.options().default_root_dir) / "checkpoints").string() : options_.dirpath;
+}
+
+std::string ModelCheckpoint::last_model_path_on_disk(const Trainer& t) const {
+  const std::string p = (fs::path(dir(t)) / "last.ckpt").string();
+  return fs::exists(p) ? p : std::string();
+}
+
+void ModelCheckpoint::setup(Trainer& t, LightningModule&, const std::string&) {
+  last_time_save_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string ModelCheckpoint::format_name(const Trainer& t) const {
+  // "{epoch}-{step}-{val_loss:.2f}" -> "epoch=3-step=120-val_loss=0.53", as Lightning.
+  std::string out;
+  static const std::regex field(R"(\{([A-Za-z0-9_/]+)(:[^}]*)?\})");
+  auto begin = std::sregex_iterator(options_.filename.begin(), options_.filename.end(), field);
+  size_t last = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    out += options_.filename.substr(last, it->position() - last);
+    const std::string key = (*it)[1];
+    std::string value;
+    if (key == "epoch") value = std::to_string(t.current_epoch());
+    else if (key == "step") value = std::to_string(t.global_step());
+    else {
+      auto m = t.callback_metrics().find(key);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.4f", m == t.callback_metrics().end() ? NAN : m->second);
+      value = buf;
+    }
+    out += key + "=" + value;
+    last = it->position() + it->length();
+  }
+  out += options_.filename.substr(last);
+  return out + ".ckpt";
+}
+
+void ModelCheckpoint::save(Trainer& t) {
+  if (t.global_step() == last_saved_step_) return;
+  save_topk(t);
+  save_last(t);
+  last_saved_step_ = t.global_step();
+}
+
+void ModelCheckpoint::save_topk(Trainer& t) {
+  if (options_.save_top_k == 0) return;
+  const std::string path = (fs::path(dir(t)) / format_name(t)).string();
+  if (options_.monitor.empty()) {
+    // No monitor: keep the latest only (save_top_k 1) or all (-1).
+    t.save_checkpoint(path, options_.save_weights_only);
+    if (options_.save_top_k == 1 && !best_model_path_.empty() && best_model_path_ != path && t.is_global_zero())
+      fs::remove(best_model_path_);
+    best_model_path_ = path;
+    return;
+  }
+  auto m = t.callback_metrics().find(options_.monitor);
+  if (m == t.callback_metrics().end()) return;  // not logged yet (e.g. before the first validation)
+  const double score = m->second;
+  const bool better_is_lower = options_.mode == "min";
+  auto worse = [&](double a, double b) { return better_is_lower ? a > b : a < b; };
+  if (options_.save_top_k > 0 && static_cast<int64_t>(best_k_.size()) >= options_.save_top_k) {
+    auto worst = std::max_element(best_k_.begin(), best_k_.end(),
+                                  [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
+    if (!worse(worst->second, score)) return;
+    if (t.is_global_zero()) fs::remove(worst->first);
+    best_k_.erase(worst);
+  }
+  t.save_checkpoint(path, options_.save_weights_only);
+  best_k_[path] = score;
+  auto best = std::min_element(best_k_.begin(), best_k_.end(),
+                               [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
+  best_model_path_ = best->first;
+}
+
+void ModelCheckpoint::save_last(Trainer& t) {
+  if (!options_.save_last) return;
+  last_model_path_ = (fs::path(dir(t)) / "last.ckpt").string();
+  t.save_checkpoint(last_model_path_, options_.save_weights_only);
+}
+
+void ModelCheckpoint::on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor&, const Batch&, int64_t) {
+  bool due = options_.every_n_train_steps > 0 && t.global_step() > 0 &&
+             t.global_step() % options_.every_n_train_steps == 0;
+  if (options_.train_time_interval > 0) {
+    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    // Every rank must agree, or some would enter the collective save and others not.
+    bool time_due = t.strategy().reduce_boolean_decision(now - last_time_save_ >= options_.train_time_interval, false);
+    if (time_due) {
+      last_time_save_ = now;
+      due = true;
+    }
+  }
+  if (due) save(t);
+}
+
+void ModelCheckpoint::on_train_epoch_end(Trainer& t, LightningModule&) {
+  if (options_.every_n_train_steps > 0 || options_.train_time_interval > 0) return;
+  if (!options_.monitor.empty() && !t.callback_metrics().count(options_.monitor)) return;  // wait for validation
+  if (options_.every_n_epochs > 0 && (t.current_epoch() + 1) % options_.every_n_epochs == 0) save(t);
+}
+
+void ModelCheckpoint::on_validation_end(Trainer& t, LightningModule&) {
+  if (t.sanity_checking() || options_.monitor.empty() || options_.every_n_train_steps > 0) return;
+  if (options_.every_n_epochs > 0 && (t.current_epoch() + 1) % options_.every_n_epochs == 0) save(t);
+}
+
+void ModelCheckpoint::on_train_end(Trainer& t, LightningModule&) {
+  // Make sure the final state is on disk as last.ckpt when asked for.
+  if (options_.save_last && last_saved_step_ != t.global_step()) save_last(t);
+}
+
+YAML::Node ModelCheckpoint::state_dict() const {
+  YAML::Node n(YAML::NodeType::Map);
+  n["best_model_path"] = best_model_path_;
+  n["last_model_path"] = last_model_path_;
+  for (const auto& [p, s] : best_k_) n["best_k_models"][p] = s;
+  return n;
+}
+
+void ModelCheckpoint::load_state_dict(const YAML::Node& s) {
+  if (s["best_model_path"]) best_model_path_ = s["best_model_path"].as<std::string>();
+  if (s["last_model_path"]) last_model_path_ = s["last_model_path"].as<std::string>();
+  best_k_.clear();
+  if (s["best_k_models"])
+    for (const auto& kv : s["best_k_models"]) best_k_[kv.first.as<std::string>()] = kv.second.as<double>();
+}
+
+}  // namespace volt

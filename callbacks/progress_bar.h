@@ -1,0 +1,30 @@
+#pragma once
+/// Progress bar on rank 0: epoch, step, rate (it/s), ETA and the prog_bar metrics. Redraws one line
+/// on a terminal; prints a line every 10% of an epoch when stderr is not a terminal (CI, files).
+#include <chrono>
+
+#include "volt/callbacks/callback.h"
+
+namespace volt {
+
+class ProgressBar : public Callback {
+ public:
+  /// refresh_rate: redraw every N batches on a terminal.
+  explicit ProgressBar(int64_t refresh_rate = 1) : refresh_rate_(refresh_rate) {}
+  std::string state_key() const override { return "ProgressBar"; }
+  void on_train_epoch_start(Trainer&, LightningModule&) override;
+  void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor& loss, const Batch&, int64_t) override;
+  void on_train_epoch_end(Trainer&, LightningModule&) override;
+  void on_validation_end(Trainer&, LightningModule&) override;
+
+ private:
+  void draw(Trainer& t, int64_t done, bool final);
+  int64_t refresh_rate_;
+  bool tty_ = false;
+  int64_t start_batch_ = 0;
+  int64_t last_printed_decile_ = -1;
+  double last_loss_ = 0.0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace volt

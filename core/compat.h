@@ -1,0 +1,69 @@
+#pragma once
+/// The one place that branches on the LibTorch version (Debian's 1.13 on the CPU machines, the
+/// PyTorch 2.x wheel's LibTorch on the GPU machine). Everything else calls these helpers.
+#include <c10/core/Allocator.h>
+#include <c10/core/StorageImpl.h>
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#define VOLT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace volt::compat {
+
+/// Releases a tensor's storage memory (nbytes -> 0) while every tensor sharing that storage keeps
+/// its sizes; `refill_storage` gives it memory again. Used by FSDP to really free unsharded
+/// parameters even while the autograd graph still references them.
+inline void free_storage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  if (s->nbytes() == 0) return;
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
+  s->set_nbytes(0);
+}
+inline void refill_storage(const at::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  if (s->nbytes() == nbytes) return;
+  c10::Allocator* alloc = s->allocator();
+  if (alloc == nullptr) alloc = c10::GetAllocator(s->device_type());
+  s->set_data_ptr_noswap(alloc->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+inline size_t storage_nbytes(const at::Tensor& t) { return t.storage().nbytes(); }
+
+/// CPU autocast (bf16-mixed on the CPU).
+inline void set_cpu_autocast(bool enabled, at::ScalarType dtype) {
+#if VOLT_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(at::kCPU, enabled);
+  at::autocast::set_autocast_dtype(at::kCPU, dtype);
+#else
+  at::autocast::set_cpu_enabled(enabled);
+  at::autocast::set_autocast_cpu_dtype(dtype);
+#endif
+}
+inline bool cpu_autocast_enabled() {
+#if VOLT_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(at::kCPU);
+#else
+  return at::autocast::is_cpu_enabled();
+#endif
+}
+inline void set_cuda_autocast(bool enabled, at::ScalarType dtype) {
+#if VOLT_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+  at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+#else
+  at::autocast::set_enabled(enabled);
+  at::autocast::set_autocast_gpu_dtype(dtype);
+#endif
+}
+inline void clear_autocast_cache() { at::autocast::clear_cache(); }
+
+}  // namespace volt::compat
+
+namespace volt::compat {
+/// The key torch::optim optimizers use for a parameter's state.
+inline std::string optimizer_state_key(const at::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+}  // namespace volt::compat

@@ -1,0 +1,88 @@
+#include "volt/loggers/csv_logger.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "volt/core/errors.h"
+
+namespace volt {
+
+namespace fs = std::filesystem;
+
+CSVLogger::CSVLogger(const std::string& root_dir, const std::string& name, int64_t version) : version_(version) {
+  const fs::path base = fs::path(root_dir) / name;
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  VOLT_CHECK(!ec, ConfigError, "cannot create log directory '", base.string(), "': ", ec.message());
+  if (version_ < 0) {
+    version_ = 0;
+    for (const auto& e : fs::directory_iterator(base)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("version_", 0) == 0) {
+        try {
+          version_ = std::max<int64_t>(version_, std::stoll(n.substr(8)) + 1);
+        } catch (...) {
+        }
+      }
+    }
+  }
+  log_dir_ = (base / ("version_" + std::to_string(version_))).string();
+  fs::create_directories(log_dir_, ec);
+  VOLT_CHECK(!ec, ConfigError, "cannot create log directory '", log_dir_, "': ", ec.message());
+}
+
+void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
+  auto row = metrics;
+  row["step"] = static_cast<double>(step);
+  for (const auto& kv : row) {
+    if (!std::binary_search(keys_.begin(), keys_.end(), kv.first)) {
+      keys_.insert(std::upper_bound(keys_.begin(), keys_.end(), kv.first), kv.first);
+      header_dirty_ = true;
+    }
+  }
+  rows_.push_back(std::move(row));
+}
+
+void CSVLogger::flush() {
+  const std::string path = log_dir_ + "/metrics.csv";
+  auto format_row = [&](const std::map<std::string, double>& row) {
+    std::ostringstream os;
+    os << std::setprecision(10);
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      if (i) os << ',';
+      auto it = row.find(keys_[i]);
+      if (it == row.end()) continue;
+      const bool integral = (keys_[i] == "step" || keys_[i] == "epoch");
+      if (integral)
+        os << static_cast<int64_t>(it->second);
+      else
+        os << it->second;
+    }
+    return os.str();
+  };
+  if (header_dirty_) {
+    // New columns: rewrite the whole file with the new header (Lightning does the same).
+    std::ofstream out(path, std::ios::trunc);
+    for (size_t i = 0; i < keys_.size(); ++i) out << (i ? "," : "") << keys_[i];
+    out << '\n';
+    for (const auto& r : rows_) out << format_row(r) << '\n';
+    header_dirty_ = false;
+  } else {
+    std::ofstream out(path, std::ios::app);
+    for (size_t i = rows_written_; i < rows_.size(); ++i) out << format_row(rows_[i]) << '\n';
+  }
+  rows_written_ = rows_.size();
+}
+
+void CSVLogger::log_hyperparams(const YAML::Node& hparams) {
+  std::ofstream(log_dir_ + "/hparams.yaml") << YAML::Dump(hparams) << '\n';
+}
+
+void CSVLogger::save_config(const YAML::Node& config) {
+  std::ofstream(log_dir_ + "/config.yaml") << YAML::Dump(config) << '\n';
+}
+
+}  // namespace volt

@@ -1,0 +1,117 @@
+#pragma once
+/// Strategy: how a model is placed, stepped and saved across devices and processes. The Trainer
+/// talks only to this interface, so single device, DDP and FSDP are one line of config apart.
+///
+/// A Strategy owns its process group (if any), its Precision and its checkpoint I/O. Ask the
+/// supports_*() questions before training; the Trainer does, so a bad combination fails at once.
+/// Thread-safety: one Strategy drives one training thread.
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "volt/checkpoint/checkpoint.h"
+#include "volt/checkpoint/optimizer_state.h"
+#include "volt/strategies/precision.h"
+#include "volt/strategies/strategy_options.h"
+#include "volt/trainer/data.h"
+#include "volt/trainer/lr_scheduler.h"
+
+namespace volt {
+
+class LightningModule;
+
+enum class ReduceOp { Sum, Mean, Max, Min };
+
+class Strategy {
+ public:
+  Strategy(Precision precision, std::string accelerator);
+  virtual ~Strategy() = default;
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  virtual std::string name() const = 0;
+
+  // ---- capabilities: asked by the Trainer before training starts -----------------------------
+  virtual bool supports_gradient_clipping(const std::string& algorithm) const { return true; }
+  /// An empty string means the strategy can run this precision; otherwise the reason it cannot.
+  virtual std::string precision_unsupported_reason(const Precision&) const { return {}; }
+
+  // ---- environment ------------------------------------------------------------------------
+  /// Creates process groups etc. Called once, before the model is touched.
+  virtual void setup_environment() {}
+  virtual int64_t global_rank() const { return 0; }
+  virtual int64_t world_size() const { return 1; }
+  bool is_global_zero() const { return global_rank() == 0; }
+  torch::Device root_device() const;
+  const Precision& precision() const { return precision_; }
+  const std::string& accelerator() const { return accelerator_; }
+
+  // ---- model, optimizer, data -------------------------------------------------------------
+  /// Moves the model to its device and dtype; distributed strategies broadcast or shard it.
+  virtual void setup_module(LightningModule& module);
+  /// Adapts the optimizer configure_optimizers returned (FSDP points it at the shards).
+  virtual void setup_optimizer(LightningModule& module, OptimizerConfig& config) {}
+  /// Restricts a loader to this rank's share (distributed strategies).
+  virtual void setup_dataloader(DataLoader& loader) {}
+  /// Undoes setup_module's changes to the module (interceptors, sharding) so it can be used alone.
+  virtual void teardown(LightningModule& module) {}
+  /// Extra lines for the model summary (FSDP: its units and the bytes each rank holds).
+  virtual std::string describe_module(LightningModule& module) { return {}; }
+
+  // ---- one step ---------------------------------------------------------------------------
+  /// Runs module.training_step under the strategy's forward context (precision, FSDP root gather).
+  virtual torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
+  virtual void validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
+  virtual void test_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
+  /// loss.backward(); `sync_gradients` is false on gradient-accumulation micro-steps.
+  virtual void backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients);
+  /// Clips the optimizer's gradients ("norm" or "value"); returns the total norm before clipping
+  /// (computed across ranks when gradients are sharded).
+  double clip_gradients(torch::optim::Optimizer& optimizer, double value, const std::string& algorithm);
+  /// The L2 norm of every gradient the optimizer holds, across ranks where they are sharded.
+  virtual double gradient_norm(torch::optim::Optimizer& optimizer);
+  virtual void optimizer_step(torch::optim::Optimizer& optimizer);
+  virtual void zero_grad(torch::optim::Optimizer& optimizer);
+
+  // ---- collectives (identity on one process) -------------------------------------------------
+  virtual torch::Tensor all_reduce(const torch::Tensor& t, ReduceOp op = ReduceOp::Mean) { return t; }
+  virtual torch::Tensor broadcast(const torch::Tensor& t, int64_t src = 0) { return t; }
+  virtual void barrier(const std::string& name = "") {}
+  /// True on every rank if `decision` is true on all (all=true) or on any (all=false) rank.
+  bool reduce_boolean_decision(bool decision, bool all = true);
+
+  // ---- checkpoints ------------------------------------------------------------------------
+  /// The full model state with the user's parameter and buffer names (gathered if sharded).
+  virtual std::map<std::string, torch::Tensor> model_state_dict(LightningModule& module);
+  virtual void load_model_state_dict(LightningModule& module, const std::map<std::string, torch::Tensor>& state,
+                                     const std::string& source);
+  /// Optimizer state keyed by the user's parameter names (full, gathered if sharded).
+  virtual std::map<std::string, torch::Tensor> optimizer_state_dict(LightningModule& module,
+                                                                    torch::optim::Optimizer& optimizer);
+  virtual void load_optimizer_state_dict(LightningModule& module, torch::optim::Optimizer& optimizer,
+                                         const std::map<std::string, torch::Tensor>& state, const std::string& source);
+  /// Writes a checkpoint (rank 0 for full checkpoints); every rank must call it.
+  virtual void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
+  virtual Checkpoint load_checkpoint(const std::string& path);
+
+ protected:
+  /// The tensors the optimizer steps, with names for its state (default: the module's parameters).
+  virtual NamedTensors optimizer_params(LightningModule& module);
+  /// Sum of a local squared norm across the ranks that hold different gradient pieces.
+  virtual double reduce_grad_norm_sq(double local) { return local; }
+
+  Precision precision_;
+  std::string accelerator_;
+};
+
+/// One process, one device ("single_device"; what "auto" means with devices: 1).
+class SingleDeviceStrategy : public Strategy {
+ public:
+  using Strategy::Strategy;
+  std::string name() const override { return "single_device"; }
+};
+
+}  // namespace volt

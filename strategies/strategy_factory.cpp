@@ -1,0 +1,19 @@
+#include "volt/strategies/strategy_factory.h"
+
+#include "volt/core/errors.h"
+
+namespace volt {
+
+std::unique_ptr<Strategy> make_strategy(const TrainerOptions& options) {
+  Precision precision(options.precision, options.accelerator);
+  const int64_t world = options.devices * options.num_nodes;
+  const std::string name = options.strategy.resolved(world);
+  if (name == "single_device") {
+    VOLT_CHECK(world == 1, ConfigError, "config key 'trainer.strategy': single_device runs one process, but devices x ",
+               "num_nodes = ", world, "; use strategy: ddp or fsdp");
+    return std::make_unique<SingleDeviceStrategy>(std::move(precision), options.accelerator);
+  }
+  throw ConfigError("config key 'trainer.strategy': strategy '" + name + "' is not available in this build");
+}
+
+}  // namespace volt

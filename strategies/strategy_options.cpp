@@ -1,0 +1,131 @@
+#include "volt/strategies/strategy_options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace volt {
+
+namespace {
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+const std::vector<std::string> kShardingStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+                                                      "_HYBRID_SHARD_ZERO2"};
+}  // namespace
+
+void DDPOptions::validate() const {
+  VOLT_CHECK(bucket_cap_mb > 0, ConfigError, "config key 'trainer.strategy.bucket_cap_mb': must be > 0, got ", bucket_cap_mb);
+  VOLT_CHECK(timeout > 0, ConfigError, "config key 'trainer.strategy.timeout': must be > 0 seconds, got ", timeout);
+  VOLT_CHECK(process_group_backend.empty() || process_group_backend == "gloo" || process_group_backend == "nccl",
+             ConfigError, "config key 'trainer.strategy.process_group_backend': unknown backend '",
+             process_group_backend, "'; valid: gloo, nccl");
+}
+
+void FSDPOptions::validate() {
+  sharding_strategy = upper(sharding_strategy);
+  VOLT_CHECK(std::find(kShardingStrategies.begin(), kShardingStrategies.end(), sharding_strategy) !=
+                 kShardingStrategies.end(),
+             ConfigError, "config key 'trainer.strategy.sharding_strategy': unknown value '", sharding_strategy,
+             "'; valid: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2");
+  backward_prefetch = upper(backward_prefetch);
+  if (backward_prefetch == "NONE" || backward_prefetch.empty()) backward_prefetch = "NONE";
+  VOLT_CHECK(backward_prefetch == "BACKWARD_PRE" || backward_prefetch == "BACKWARD_POST" || backward_prefetch == "NONE",
+             ConfigError, "config key 'trainer.strategy.backward_prefetch': unknown value '", backward_prefetch,
+             "'; valid: BACKWARD_PRE, BACKWARD_POST, NONE");
+  state_dict_type = lower(state_dict_type);
+  VOLT_CHECK(state_dict_type == "full" || state_dict_type == "sharded", ConfigError,
+             "config key 'trainer.strategy.state_dict_type': unknown value '", state_dict_type, "'; valid: full, sharded");
+  VOLT_CHECK(device_mesh.empty() || device_mesh.size() == 2, ConfigError,
+             "config key 'trainer.strategy.device_mesh': expected [replicate_size, shard_size], got ",
+             device_mesh.size(), " values");
+  for (auto d : device_mesh)
+    VOLT_CHECK(d >= 1, ConfigError, "config key 'trainer.strategy.device_mesh': sizes must be >= 1");
+  VOLT_CHECK(timeout > 0, ConfigError, "config key 'trainer.strategy.timeout': must be > 0 seconds, got ", timeout);
+  VOLT_CHECK(auto_wrap_policy.min_num_params >= 0, ConfigError,
+             "config key 'trainer.strategy.auto_wrap_policy.min_num_params': must be >= 0");
+}
+
+std::string StrategyOptions::resolved(int64_t world_size) const {
+  if (name == "auto") return world_size > 1 ? "ddp" : "single_device";
+  if (name == "fsdp_cpu_offload") return "fsdp";
+  return name;
+}
+
+void StrategyOptions::validate() {
+  name = lower(name);
+  if (name == "single" || name == "single_device") name = "single_device";
+  static const std::vector<std::string> names = {"auto", "single_device", "ddp", "fsdp", "fsdp_cpu_offload"};
+  VOLT_CHECK(std::find(names.begin(), names.end(), name) != names.end(), ConfigError,
+             "config key 'trainer.strategy': unknown strategy '", name,
+             "'; valid: auto, single_device, ddp, fsdp, fsdp_cpu_offload");
+  if (name == "fsdp_cpu_offload") fsdp.cpu_offload = true;
+  ddp.validate();
+  fsdp.validate();
+}
+
+namespace detail {
+
+StrategyOptions YamlCodec<StrategyOptions>::decode(const YAML::Node& n, const std::string& key) {
+  if (n.IsScalar()) return StrategyOptions(n.Scalar());
+  if (!n.IsMap()) type_error(key, "a strategy name or a map with 'name'", n);
+  StrategyOptions o;
+  YAML::Node body = n;
+  // LightningCLI form: {class_path: lightning.pytorch.strategies.FSDPStrategy, init_args: {...}}
+  if (n["class_path"]) {
+    std::string cp = n["class_path"].as<std::string>();
+    std::string cls = cp.substr(cp.rfind('.') + 1);
+    static const std::map<std::string, std::string> by_class = {
+        {"FSDPStrategy", "fsdp"}, {"DDPStrategy", "ddp"}, {"SingleDeviceStrategy", "single_device"}};
+    auto it = by_class.find(cls);
+    VOLT_CHECK(it != by_class.end(), ConfigError, "config key '", key, ".class_path': unknown strategy class '", cp,
+               "'; valid: FSDPStrategy, DDPStrategy, SingleDeviceStrategy");
+    for (const auto& kv : n) {
+      auto k = kv.first.as<std::string>();
+      VOLT_CHECK(k == "class_path" || k == "init_args", ConfigError, "unknown config key '", key, ".", k, "'");
+    }
+    o.name = it->second;
+    body = n["init_args"] ? n["init_args"] : YAML::Node(YAML::NodeType::Map);
+  } else {
+    VOLT_CHECK(n["name"], ConfigError, "config key '", key, "': a strategy map needs 'name' (ddp, fsdp, ...)");
+    o.name = YamlCodec<std::string>::decode(n["name"], key + ".name");
+  }
+  YamlReader r(body, key);
+  r.accept("name");
+  std::string nm = lower(o.name);
+  if (nm == "ddp") {
+    o.ddp.visit(r);
+  } else if (nm == "fsdp" || nm == "fsdp_cpu_offload") {
+    o.fsdp.visit(r);
+  } else {
+    r("activation_checkpointing_policy", o.activation_checkpointing_policy);
+  }
+  if (nm == "ddp") r("activation_checkpointing_policy", o.activation_checkpointing_policy);
+  r.finish();
+  return o;
+}
+
+YAML::Node YamlCodec<StrategyOptions>::encode(const StrategyOptions& v) {
+  StrategyOptions c = v;
+  YAML::Node out(YAML::NodeType::Map);
+  out["name"] = c.name;
+  YamlWriter w;
+  if (c.name == "ddp") {
+    c.ddp.visit(w);
+    w("activation_checkpointing_policy", c.activation_checkpointing_policy);
+  } else if (c.name == "fsdp" || c.name == "fsdp_cpu_offload") {
+    c.fsdp.visit(w);
+  } else {
+    w("activation_checkpointing_policy", c.activation_checkpointing_policy);
+  }
+  for (const auto& kv : w.node()) out[kv.first] = kv.second;
+  return out;
+}
+
+}  // namespace detail
+}  // namespace volt

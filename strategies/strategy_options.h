@@ -1,0 +1,108 @@
+#pragma once
+/// Options of the built-in strategies, with Lightning's names and defaults. YAML:
+///   strategy: fsdp                        # a name alone
+///   strategy: {name: fsdp, sharding_strategy: SHARD_GRAD_OP, auto_wrap_policy: [TransformerEncoderLayer]}
+/// Only the chosen strategy's keys are accepted next to `name`.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "volt/core/options.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace volt {
+
+struct DDPOptions {
+  double bucket_cap_mb = 25.0;
+  bool gradient_as_bucket_view = false;
+  bool static_graph = false;
+  bool find_unused_parameters = false;
+  int64_t timeout = 1800;  // seconds, as Lightning's default 30 min
+  std::string process_group_backend;  // "" = gloo on the CPU, nccl on CUDA
+
+  template <class V>
+  void visit(V& v) {
+    v("bucket_cap_mb", bucket_cap_mb)("gradient_as_bucket_view", gradient_as_bucket_view)(
+        "static_graph", static_graph)("find_unused_parameters", find_unused_parameters)("timeout", timeout)(
+        "process_group_backend", process_group_backend);
+  }
+  void validate() const;
+};
+
+/// Which modules become FSDP units (or get activation checkpointing). A set of module type names
+/// (as the module's name() reports them, e.g. "TransformerEncoderLayer"), a size threshold, or a
+/// predicate (C++ only). Empty = no policy.
+struct ModulePolicy {
+  std::vector<std::string> module_types;
+  int64_t min_num_params = 0;
+  /// (module, qualified name) -> selected. Not expressible in YAML.
+  std::function<bool(const torch::nn::Module&, const std::string&)> predicate;
+
+  bool empty() const { return module_types.empty() && min_num_params <= 0 && !predicate; }
+  template <class V>
+  void visit(V& v) {
+    v("module_types", module_types)("min_num_params", min_num_params);
+  }
+};
+
+struct FSDPOptions {
+  std::string sharding_strategy = "FULL_SHARD";
+  ModulePolicy auto_wrap_policy;
+  ModulePolicy activation_checkpointing_policy;
+  bool cpu_offload = false;
+  std::optional<std::string> param_dtype;
+  std::optional<std::string> reduce_dtype;
+  std::optional<std::string> buffer_dtype;
+  std::string state_dict_type = "full";
+  std::vector<int64_t> device_mesh;  // (replicate, shard) for HYBRID_SHARD
+  bool limit_all_gathers = true;
+  std::string backward_prefetch = "BACKWARD_PRE";
+  bool forward_prefetch = false;
+  bool sync_module_states = false;
+  int64_t timeout = 1800;
+  std::string process_group_backend;
+
+  template <class V>
+  void visit(V& v) {
+    v("sharding_strategy", sharding_strategy)("auto_wrap_policy", auto_wrap_policy)(
+        "activation_checkpointing_policy", activation_checkpointing_policy)("cpu_offload", cpu_offload)(
+        "param_dtype", param_dtype)("reduce_dtype", reduce_dtype)("buffer_dtype", buffer_dtype)(
+        "state_dict_type", state_dict_type)("device_mesh", device_mesh)("limit_all_gathers", limit_all_gathers)(
+        "backward_prefetch", backward_prefetch)("forward_prefetch", forward_prefetch)(
+        "sync_module_states", sync_module_states)("timeout", timeout)("process_group_backend", process_group_backend);
+  }
+  /// Normalizes case ("full_shard" -> "FULL_SHARD") and checks every value; throws ConfigError.
+  void validate();
+};
+
+/// Which strategy to use and its options. Assign a name for the one-line switch:
+///   options.strategy = "fsdp";
+struct StrategyOptions {
+  std::string name = "auto";
+  DDPOptions ddp;
+  FSDPOptions fsdp;
+  /// Activation checkpointing for the non-FSDP strategies (single device, DDP).
+  ModulePolicy activation_checkpointing_policy;
+
+  StrategyOptions() = default;
+  StrategyOptions(const char* n) : name(n) {}        // NOLINT: implicit on purpose
+  StrategyOptions(std::string n) : name(std::move(n)) {}  // NOLINT
+  /// The canonical name: "single_device", "ddp", "fsdp" ("auto" resolves by devices).
+  std::string resolved(int64_t world_size) const;
+  void validate();
+};
+
+namespace detail {
+template <>
+struct YamlCodec<StrategyOptions> {
+  static StrategyOptions decode(const YAML::Node& n, const std::string& key);
+  static YAML::Node encode(const StrategyOptions& v);
+};
+}  // namespace detail
+
+}  // namespace volt

@@ -1,0 +1,42 @@
+#include "volt/trainer/trainer_options.h"
+
+#include <torch/cuda.h>
+
+namespace volt {
+
+void TrainerOptions::validate() {
+  if (accelerator == "auto" || accelerator == "gpu") accelerator = torch::cuda::is_available() ? "cuda" : "cpu";
+  VOLT_CHECK(accelerator == "cpu" || accelerator == "cuda", ConfigError, "config key 'trainer.accelerator': unknown value '",
+             accelerator, "'; valid: cpu, cuda, gpu, auto");
+  VOLT_CHECK(accelerator != "cuda" || torch::cuda::is_available(), ConfigError,
+             "config key 'trainer.accelerator': 'cuda' requested but this LibTorch has no CUDA or no GPU is visible;"
+             " use accelerator: cpu");
+  VOLT_CHECK(devices >= 1, ConfigError, "config key 'trainer.devices': must be >= 1, got ", devices);
+  VOLT_CHECK(num_nodes >= 1, ConfigError, "config key 'trainer.num_nodes': must be >= 1, got ", num_nodes);
+  VOLT_CHECK(max_epochs >= -1, ConfigError, "config key 'trainer.max_epochs': must be >= -1, got ", max_epochs);
+  VOLT_CHECK(max_steps >= -1, ConfigError, "config key 'trainer.max_steps': must be >= -1, got ", max_steps);
+  VOLT_CHECK(check_val_every_n_epoch >= 1, ConfigError, "config key 'trainer.check_val_every_n_epoch': must be >= 1, got ",
+             check_val_every_n_epoch);
+  VOLT_CHECK(num_sanity_val_steps >= -1, ConfigError, "config key 'trainer.num_sanity_val_steps': must be >= -1, got ",
+             num_sanity_val_steps);
+  VOLT_CHECK(accumulate_grad_batches >= 1, ConfigError,
+             "config key 'trainer.accumulate_grad_batches': must be >= 1, got ", accumulate_grad_batches);
+  VOLT_CHECK(!gradient_clip_val || *gradient_clip_val >= 0, ConfigError,
+             "config key 'trainer.gradient_clip_val': must be >= 0, got ", gradient_clip_val.value_or(0));
+  VOLT_CHECK(gradient_clip_algorithm == "norm" || gradient_clip_algorithm == "value", ConfigError,
+             "config key 'trainer.gradient_clip_algorithm': unknown value '", gradient_clip_algorithm,
+             "'; valid: norm, value");
+  VOLT_CHECK(log_every_n_steps >= 1, ConfigError, "config key 'trainer.log_every_n_steps': must be >= 1, got ",
+             log_every_n_steps);
+  VOLT_CHECK(val_check_interval.is_fraction ? val_check_interval.value > 0 : val_check_interval.value >= 1,
+             ConfigError, "config key 'trainer.val_check_interval': must be a fraction in (0, 1] or a batch count >= 1");
+  VOLT_CHECK(!default_root_dir.empty(), ConfigError, "config key 'trainer.default_root_dir': must not be empty");
+  strategy.validate();
+}
+
+int64_t TrainerOptions::effective_max_epochs() const {
+  if (max_epochs >= 0) return max_epochs;
+  return max_steps == -1 ? 1000 : std::numeric_limits<int64_t>::max();
+}
+
+}  // namespace volt
