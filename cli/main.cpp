@@ -1,1 +1,3 @@
-int main(){return 0;}
+#include "volt/cli/cli.h"
+
+int main(int argc, char** argv) { return volt::cli::run(argc, argv); }

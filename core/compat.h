@@ -67,3 +67,18 @@ inline std::string optimizer_state_key(const at::Tensor& p) {
   return c10::guts::to_string(p.unsafeGetTensorImpl());
 }
 }  // namespace volt::compat
+
+#if VOLT_TORCH_AT_LEAST(2, 0)
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+namespace volt::compat {
+/// The c10d object volt runs collectives on: a ProcessGroup in 1.x, a Backend in 2.x. Both expose
+/// the same collective methods.
+#if VOLT_TORCH_AT_LEAST(2, 0)
+using C10dBackend = c10d::Backend;
+#else
+using C10dBackend = c10d::ProcessGroup;
+#endif
+}  // namespace volt::compat

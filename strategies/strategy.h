@@ -14,6 +14,7 @@
 
 #include "volt/checkpoint/checkpoint.h"
 #include "volt/checkpoint/optimizer_state.h"
+#include "volt/distributed/reduce_op.h"
 #include "volt/strategies/precision.h"
 #include "volt/strategies/strategy_options.h"
 #include "volt/trainer/data.h"
@@ -23,7 +24,7 @@ namespace volt {
 
 class LightningModule;
 
-enum class ReduceOp { Sum, Mean, Max, Min };
+
 
 class Strategy {
  public:
@@ -58,6 +59,9 @@ class Strategy {
   virtual void setup_dataloader(DataLoader& loader) {}
   /// Undoes setup_module's changes to the module (interceptors, sharding) so it can be used alone.
   virtual void teardown(LightningModule& module) {}
+  /// Called once after fit/validate/test returns on every rank: distributed strategies wait for the
+  /// other ranks and the processes they launched (and throw if one of them failed).
+  virtual void finalize() {}
   /// Extra lines for the model summary (FSDP: its units and the bytes each rank holds).
   virtual std::string describe_module(LightningModule& module) { return {}; }
 

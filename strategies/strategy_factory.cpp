@@ -1,6 +1,7 @@
 #include "volt/strategies/strategy_factory.h"
 
 #include "volt/core/errors.h"
+#include "volt/strategies/ddp.h"
 
 namespace volt {
 
@@ -13,6 +14,9 @@ std::unique_ptr<Strategy> make_strategy(const TrainerOptions& options) {
                "num_nodes = ", world, "; use strategy: ddp or fsdp");
     return std::make_unique<SingleDeviceStrategy>(std::move(precision), options.accelerator);
   }
+  if (name == "ddp")
+    return std::make_unique<DDPStrategy>(std::move(precision), options.accelerator, options.devices, options.num_nodes,
+                                         options.strategy.ddp);
   throw ConfigError("config key 'trainer.strategy': strategy '" + name + "' is not available in this build");
 }
 

@@ -103,6 +103,9 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
 void Trainer::finish(LightningModule& module, const std::string& stage) {
   if (logger_) logger_->flush();
   call_callbacks([&](Callback& c) { c.teardown(*this, module, stage); });
+  // Give the module back whole (FSDP gathers it), so it can be used or trained again.
+  strategy_->teardown(module);
+  module_ready_ = false;
   stage_ = Stage::None;
 }
 

@@ -1,0 +1,149 @@
+#include "volt/cli/cli.h"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "volt/core/errors.h"
+#include "volt/core/options.h"
+#include "volt/demos/language_model.h"
+#include "volt/demos/wikitext2_data.h"
+#include "volt/trainer/trainer.h"
+
+namespace volt::cli {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: volt {fit,validate,test} --config FILE [--KEY=VALUE ...] [--print_config] [--ckpt_path PATH]\n"
+    "  --config FILE        a YAML config with sections trainer, model, data, ckpt_path, seed_everything\n"
+    "  --trainer.max_steps=20, --model.ninp=64, ...   override any key (dotted path, YAML value)\n"
+    "  --print_config       print the resolved config and exit\n";
+
+struct Args {
+  std::string subcommand;
+  std::string config;
+  std::vector<std::string> overrides;  // "key=value"
+  bool print_config = false;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  VOLT_CHECK(argc >= 2, ConfigError, "missing subcommand\n", kUsage);
+  a.subcommand = argv[1];
+  VOLT_CHECK(a.subcommand == "fit" || a.subcommand == "validate" || a.subcommand == "test", ConfigError,
+             "unknown subcommand '", a.subcommand, "'\n", kUsage);
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    VOLT_CHECK(s.rfind("--", 0) == 0, ConfigError, "unexpected argument '", s, "'\n", kUsage);
+    s = s.substr(2);
+    if (s == "print_config") {
+      a.print_config = true;
+      continue;
+    }
+    std::string key = s, value;
+    const auto eq = s.find('=');
+    if (eq != std::string::npos) {
+      key = s.substr(0, eq);
+      value = s.substr(eq + 1);
+    } else {
+      VOLT_CHECK(i + 1 < argc, ConfigError, "option --", key, " needs a value");
+      value = argv[++i];
+    }
+    if (key == "config") a.config = value;
+    else a.overrides.push_back(key + "=" + value);
+  }
+  return a;
+}
+
+}  // namespace
+
+YAML::Node load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root(YAML::NodeType::Map);
+  if (!path.empty()) {
+    VOLT_CHECK(std::filesystem::exists(path), ConfigError, "config file '", path, "' does not exist");
+    try {
+      root = YAML::LoadFile(path);
+    } catch (const YAML::Exception& e) {
+      throw ConfigError(detail::str_cat("config file '", path, "': ", e.what()));
+    }
+    if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+    VOLT_CHECK(root.IsMap(), ConfigError, "config file '", path, "': the top level must be a map");
+  }
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    apply_override(root, o.substr(0, eq), o.substr(eq + 1));
+  }
+  return root;
+}
+
+namespace {
+
+struct Config {
+  TrainerOptions trainer;
+  demos::LanguageModelOptions model;
+  demos::WikiText2DataOptions data;
+  std::string ckpt_path;
+  std::optional<int64_t> seed_everything;
+
+  template <class V>
+  void visit(V& v) {
+    v("trainer", trainer)("model", model)("data", data)("ckpt_path", ckpt_path)("seed_everything", seed_everything);
+  }
+};
+
+int run_checked(int argc, char** argv) {
+  Args args = parse_args(argc, argv);
+  YAML::Node raw = load_config(args.config, args.overrides);
+  Config cfg = options_from_yaml<Config>(raw, "");
+  // Validate everything before any work starts.
+  cfg.trainer.validate();
+  cfg.model.validate();
+  cfg.data.validate();
+  if (cfg.seed_everything && !cfg.trainer.seed) cfg.trainer.seed = cfg.seed_everything;
+  YAML::Node resolved = options_to_yaml(cfg);
+  if (args.print_config) {
+    std::cout << YAML::Dump(resolved) << std::endl;
+    return 0;
+  }
+  if (cfg.trainer.seed) torch::manual_seed(static_cast<uint64_t>(*cfg.trainer.seed));
+  Trainer trainer(cfg.trainer);
+  trainer.set_config(resolved);
+  demos::WikiText2Data data(cfg.data);
+  cfg.model.vocab_size = data.vocab_size();
+  demos::LanguageModel model(cfg.model);
+  if (args.subcommand == "fit") {
+    auto train = data.train_loader();
+    auto val = data.val_loader();
+    trainer.fit(model, *train, val.get(), cfg.ckpt_path);
+    if (trainer.is_global_zero() && !trainer.log_dir().empty())
+      spdlog::info("fit done: {} steps; logs in {}", trainer.global_step(), trainer.log_dir());
+  } else {
+    auto loader = args.subcommand == "validate" ? data.val_loader() : data.test_loader();
+    VOLT_CHECK(loader != nullptr, ConfigError, "data: no file configured for '", args.subcommand, "'");
+    auto metrics = args.subcommand == "validate" ? trainer.validate(model, *loader, cfg.ckpt_path)
+                                                 : trainer.test(model, *loader, cfg.ckpt_path);
+    if (trainer.is_global_zero())
+      for (const auto& [k, v] : metrics) std::cout << k << ": " << v << "\n";
+  }
+  trainer.strategy().finalize();  // rank 0 of a self-launched job: every rank must have succeeded
+  return 0;
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  try {
+    return run_checked(argc, argv);
+  } catch (const ConfigError& e) {
+    std::cerr << "volt: config error: " << e.what() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "volt: error: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace volt::cli

@@ -1,0 +1,159 @@
+#pragma once
+/// Lightning's demo language model (`lightning.pytorch.demos.Transformer`) in C++: a shared embedding
+/// scaled by sqrt(ninp), sinusoidal positional encoding, a full encoder-decoder `nn.Transformer`
+/// (post-norm, ReLU, batch_first), a causal target mask, Linear(ninp, vocab) and log_softmax.
+///
+/// Parameter names, shapes, order and initialization are PyTorch's, so a state_dict maps one-to-one
+/// (`embedding.weight`, `transformer.encoder.layers.0.self_attn.in_proj_weight`, ...). The encoder
+/// and decoder layers are HookedModules, the units strategies wrap (FSDP, activation checkpointing).
+/// Attention is plain matmuls, so it runs in fp32, bf16 and under autocast alike.
+///
+/// Thread-safety: as torch::nn::Module (one forward at a time per module).
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "volt/core/hooked_module.h"
+
+namespace volt::demos {
+
+/// The Transformer's constructor arguments, with Lightning's defaults (WikiText-2 vocabulary).
+struct TransformerOptions {
+  int64_t vocab_size = 33278;
+  int64_t ninp = 200;   ///< d_model: embedding and attention width
+  int64_t nhead = 2;
+  int64_t nhid = 200;   ///< dim_feedforward
+  int64_t nlayers = 2;  ///< encoder layers, and as many decoder layers
+  double dropout = 0.2;
+
+  template <class V>
+  void visit(V& v) {
+    v("vocab_size", vocab_size)("ninp", ninp)("nhead", nhead)("nhid", nhid)("nlayers", nlayers)("dropout", dropout);
+  }
+  /// Throws ConfigError naming `<prefix>.<field>` for an impossible architecture.
+  void validate(const std::string& prefix = "model") const;
+};
+
+/// torch.nn.MultiheadAttention (batch_first, bias, no bias_kv, same q/k/v width): parameters
+/// `in_proj_weight` [3E, E], `in_proj_bias` [3E], `out_proj.{weight,bias}`; attention dropout.
+class MultiheadAttention : public torch::nn::Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout);
+  /// query [B, T, E], key/value [B, S, E]; `attn_mask` an additive float mask [T, S] or undefined.
+  torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                        const torch::Tensor& attn_mask = {});
+
+  torch::Tensor in_proj_weight, in_proj_bias;
+  torch::nn::Linear out_proj{nullptr};
+
+ private:
+  int64_t embed_dim_, num_heads_;
+  double dropout_;
+};
+
+/// torch.nn.TransformerEncoderLayer (post-norm, ReLU). Forward inputs: src [B, T, E] and an
+/// additive float src_mask [T, T] (all zeros for none).
+class TransformerEncoderLayer : public HookedModule {
+ public:
+  TransformerEncoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout);
+  torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& src_mask);
+
+  std::shared_ptr<MultiheadAttention> self_attn;
+  torch::nn::Linear linear1{nullptr}, linear2{nullptr};
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+
+ private:
+  torch::Tensor body(const torch::Tensor& src, const torch::Tensor& src_mask);
+  double dropout_;
+};
+
+/// torch.nn.TransformerDecoderLayer (post-norm, ReLU). Forward inputs: tgt [B, T, E], memory
+/// [B, S, E] and an additive float tgt_mask [T, T]; the cross-attention is unmasked.
+class TransformerDecoderLayer : public HookedModule {
+ public:
+  TransformerDecoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout);
+  torch::Tensor forward(const torch::Tensor& tgt, const torch::Tensor& memory, const torch::Tensor& tgt_mask);
+
+  std::shared_ptr<MultiheadAttention> self_attn, multihead_attn;
+  torch::nn::Linear linear1{nullptr}, linear2{nullptr};
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
+
+ private:
+  torch::Tensor body(const torch::Tensor& tgt, const torch::Tensor& memory, const torch::Tensor& tgt_mask);
+  double dropout_;
+};
+
+/// torch.nn.TransformerEncoder: `layers.N.*` then a final `norm`.
+class TransformerEncoder : public torch::nn::Module {
+ public:
+  TransformerEncoder(const TransformerOptions& o);
+  torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& mask);
+  std::vector<std::shared_ptr<TransformerEncoderLayer>> layers;
+  torch::nn::LayerNorm norm{nullptr};
+};
+
+/// torch.nn.TransformerDecoder: `layers.N.*` then a final `norm`.
+class TransformerDecoder : public torch::nn::Module {
+ public:
+  TransformerDecoder(const TransformerOptions& o);
+  torch::Tensor forward(const torch::Tensor& tgt, const torch::Tensor& memory, const torch::Tensor& tgt_mask);
+  std::vector<std::shared_ptr<TransformerDecoderLayer>> layers;
+  torch::nn::LayerNorm norm{nullptr};
+};
+
+/// torch.nn.Transformer(batch_first=True) without its own forward logic beyond encoder -> decoder.
+/// Construction applies xavier_uniform_ to every parameter with dim > 1, as PyTorch's does.
+class EncoderDecoder : public torch::nn::Module {
+ public:
+  EncoderDecoder(const TransformerOptions& o);
+  torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& tgt, const torch::Tensor& tgt_mask);
+  std::shared_ptr<TransformerEncoder> encoder;
+  std::shared_ptr<TransformerDecoder> decoder;
+};
+
+/// Sinusoidal positional encoding plus dropout. The table (max_len x dim) is computed on first use
+/// on the input's device and is not a parameter or buffer, so it is absent from the state_dict.
+class PositionalEncoding : public torch::nn::Module {
+ public:
+  PositionalEncoding(int64_t dim, double dropout, int64_t max_len = 5000);
+  /// x [B, T, dim] -> dropout(x + pe[:T]).
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  int64_t dim_, max_len_;
+  double dropout_;
+  torch::Tensor pe_;  // [1, max_len, dim], fp32, on the device of the last input
+};
+
+/// The demo model. forward(inputs, target) -> log-probabilities [B*T, vocab_size].
+class Transformer : public torch::nn::Module {
+ public:
+  explicit Transformer(TransformerOptions options = {});
+  /// inputs, target: int64 [B, T] token ids. `mask` is the additive target mask [T, T]; by default
+  /// the causal mask (-inf above the diagonal).
+  torch::Tensor forward(const torch::Tensor& inputs, const torch::Tensor& target, torch::Tensor mask = {});
+
+  /// nn.Transformer.generate_square_subsequent_mask: float [t, t], 0 on and below the diagonal,
+  /// -inf above.
+  static torch::Tensor generate_square_subsequent_mask(int64_t t, torch::Device device = torch::kCPU);
+
+  const TransformerOptions& options() const { return options_; }
+  /// The encoder and decoder layers, in forward order (the units a strategy wraps).
+  std::vector<std::shared_ptr<HookedModule>> layers() const;
+
+  std::shared_ptr<PositionalEncoding> pos_encoder;
+  torch::nn::Embedding embedding{nullptr};
+  std::shared_ptr<EncoderDecoder> transformer;
+  torch::nn::Linear decoder{nullptr};
+
+ private:
+  TransformerOptions options_;
+};
+
+}  // namespace volt::demos

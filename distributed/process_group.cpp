@@ -1,0 +1,233 @@
+#include "volt/distributed/process_group.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include "volt/core/compat.h"
+#include "volt/core/errors.h"
+
+namespace volt {
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<compat::C10dBackend> pg;
+};
+
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean:
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::Max:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::Min:
+      return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+bool is_half(const torch::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
+
+// Data movement only: bf16 travels as fp16 bits on Gloo (which rejects bf16).
+torch::Tensor as_wire(const torch::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t; }
+
+c10::intrusive_ptr<compat::C10dBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                  std::chrono::milliseconds timeout, const std::string& host) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+  opts->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+}
+
+}  // namespace
+
+CollectiveWork::CollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish)
+    : work_(std::move(work)), what_(std::move(what)), finish_(std::move(finish)) {}
+
+void CollectiveWork::wait() {
+  try {
+    if (work_) work_->wait();
+  } catch (const std::exception& e) {
+    work_.reset();
+    finish_ = nullptr;
+    std::string msg = e.what();
+    throw DistributedError(what_ + " failed: " + msg.substr(0, msg.find('\n')) +
+                           ". A peer rank probably died or stalled past the timeout; check the other ranks' logs.");
+  }
+  work_.reset();
+  if (finish_) {
+    auto f = std::move(finish_);
+    finish_ = nullptr;
+    f();
+  }
+}
+
+ProcessGroup::ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, const std::string& device_type)
+    : impl_(std::make_unique<Impl>()), rank_(env.rank), size_(env.world_size), timeout_(options.timeout) {
+  backend_name_ = options.backend.empty() ? (device_type == "cuda" ? "nccl" : "gloo") : options.backend;
+  VOLT_CHECK(backend_name_ == "gloo", DistributedError, "process group backend '", backend_name_,
+             "' is not available in this build (CPU LibTorch); use gloo");
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = static_cast<size_t>(env.world_size);
+  so.waitWorkers = true;
+  so.timeout = options.timeout;
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    const std::string host = (env.master_addr == "127.0.0.1" || env.master_addr == "localhost") ? "127.0.0.1" : "";
+    impl_->pg = make_gloo(impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_,
+                          host.empty() ? std::string("0.0.0.0") : host);
+  } catch (const std::exception& e) {
+    throw DistributedError(detail::str_cat("rendezvous failed on rank ", rank_, " of ", size_, " at ",
+                                           env.master_addr, ":", env.port, ": ", e.what()));
+  }
+}
+
+ProcessGroup::ProcessGroup(ProcessGroup& parent, const std::vector<int64_t>& ranks, const std::string& tag)
+    : impl_(std::make_unique<Impl>()), ranks_(ranks), backend_name_(parent.backend_name_), tag_(tag),
+      timeout_(parent.timeout_) {
+  const int64_t me = parent.global_rank(parent.rank());
+  auto it = std::find(ranks.begin(), ranks.end(), me);
+  VOLT_CHECK(it != ranks.end(), DistributedError, "rank ", me, " is not in sub-group '", tag, "'");
+  rank_ = it - ranks.begin();
+  size_ = static_cast<int64_t>(ranks.size());
+  impl_->store = c10::make_intrusive<c10d::PrefixStore>("volt/" + tag, parent.impl_->store);
+  try {
+    impl_->pg = make_gloo(impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_, "127.0.0.1");
+  } catch (const std::exception& e) {
+    throw DistributedError(detail::str_cat("creating sub-group '", tag, "' failed on rank ", me, ": ", e.what()));
+  }
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::string ProcessGroup::describe(const std::string& collective) const {
+  return detail::str_cat(collective, " on rank ", global_rank(rank_), " (group '", tag_, "', size ", size_, ")");
+}
+
+void ProcessGroup::fail(const std::string& collective, const std::exception& e) const {
+  std::string msg = e.what();
+  throw DistributedError(describe(collective) + " failed: " + msg.substr(0, msg.find('\n')) +
+                         ". A peer rank probably died or stalled past the timeout; check the other ranks' logs.");
+}
+
+CollectiveWork ProcessGroup::all_reduce_async(torch::Tensor& t, ReduceOp op) {
+  if (size_ == 1) return {};
+  torch::Tensor wire = is_half(t) ? t.to(at::kFloat) : t;
+  if (!wire.is_contiguous()) wire = wire.contiguous();
+  std::vector<torch::Tensor> v{wire};
+  c10d::AllreduceOptions o;
+  o.reduceOp = to_c10d(op);
+  bytes_sent_ += 2 * wire.numel() * wire.element_size() * (size_ - 1) / size_;
+  try {
+    auto work = impl_->pg->allreduce(v, o);
+    torch::Tensor target = t;
+    const int64_t n = size_;
+    return CollectiveWork(work, describe("all_reduce"), [target, wire, op, n]() mutable {
+      if (op == ReduceOp::Mean) wire.div_(static_cast<double>(n));
+      if (!wire.is_same(target)) {
+        at::AutoDispatchBelowADInplaceOrView guard;
+        target.copy_(wire);
+      }
+    });
+  } catch (const std::exception& e) {
+    fail("all_reduce", e);
+  }
+}
+
+void ProcessGroup::all_reduce(torch::Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
+
+CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::Tensor& shard) {
+  VOLT_CHECK(flat.numel() == shard.numel() * size_, DistributedError, describe("all_gather"), ": output has ",
+             flat.numel(), " elements, expected ", shard.numel() * size_);
+  if (size_ == 1) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    flat.view(-1).copy_(shard.view(-1));
+    return {};
+  }
+  // Gloo has no flat all-gather: a list all-gather into views of the flat output.
+  torch::Tensor out = as_wire(flat.view(-1));
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (auto& c : out.chunk(size_)) outputs[0].push_back(c);
+  std::vector<torch::Tensor> inputs{as_wire(shard.contiguous().view(-1))};
+  bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
+  try {
+    return CollectiveWork(impl_->pg->allgather(outputs, inputs), describe("all_gather"), nullptr);
+  } catch (const std::exception& e) {
+    fail("all_gather", e);
+  }
+}
+
+void ProcessGroup::all_gather(torch::Tensor& flat, const torch::Tensor& shard) { all_gather_async(flat, shard).wait(); }
+
+void ProcessGroup::reduce_scatter(torch::Tensor& shard, const torch::Tensor& full, ReduceOp op) {
+  VOLT_CHECK(full.numel() == shard.numel() * size_, DistributedError, describe("reduce_scatter"), ": input has ",
+             full.numel(), " elements, expected ", shard.numel() * size_);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  if (size_ == 1) {
+    shard.view(-1).copy_(full.view(-1));
+    return;
+  }
+  // all-to-all: chunk j of every rank lands on rank j; then sum locally in fp32.
+  torch::Tensor in = as_wire(full.contiguous().view(-1));
+  torch::Tensor out = torch::empty_like(in);
+  std::vector<int64_t> splits(size_, shard.numel());
+  bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
+  try {
+    impl_->pg->alltoall_base(out, in, splits, splits)->wait();
+  } catch (const std::exception& e) {
+    fail("reduce_scatter (all_to_all)", e);
+  }
+  if (full.scalar_type() == at::kBFloat16) out = out.view(at::kBFloat16);
+  torch::Tensor acc = out.view({size_, shard.numel()}).to(at::kFloat).sum(0);
+  if (op == ReduceOp::Mean) acc.div_(static_cast<double>(size_));
+  VOLT_CHECK(op == ReduceOp::Sum || op == ReduceOp::Mean, DistributedError, describe("reduce_scatter"),
+             ": only sum and mean are supported");
+  shard.view(-1).copy_(acc);
+}
+
+void ProcessGroup::broadcast(torch::Tensor& t, int64_t src) {
+  if (size_ == 1) return;
+  torch::Tensor wire = as_wire(t.is_contiguous() ? t : t.contiguous());
+  std::vector<torch::Tensor> v{wire};
+  c10d::BroadcastOptions o;
+  o.rootRank = src;
+  if (rank_ == src) bytes_sent_ += wire.numel() * wire.element_size();
+  try {
+    impl_->pg->broadcast(v, o)->wait();
+  } catch (const std::exception& e) {
+    fail("broadcast", e);
+  }
+  if (!t.is_contiguous()) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    t.copy_(wire.scalar_type() == t.scalar_type() ? wire : wire.view(t.scalar_type()));
+  }
+}
+
+void ProcessGroup::barrier(const std::string& name) {
+  if (size_ == 1) return;
+  // A tiny all-reduce: unlike Gloo's barrier it reports a dead peer like any collective.
+  torch::Tensor t = torch::zeros({1});
+  try {
+    std::vector<torch::Tensor> v{t};
+    impl_->pg->allreduce(v)->wait();
+  } catch (const std::exception& e) {
+    fail("barrier '" + name + "'", e);
+  }
+}
+
+std::vector<torch::Tensor> ProcessGroup::all_gather_list(const torch::Tensor& t) {
+  torch::Tensor flat = torch::empty({size_ * t.numel()}, t.options());
+  all_gather(flat, t.contiguous().view(-1));
+  std::vector<torch::Tensor> out;
+  for (auto& c : flat.chunk(size_)) out.push_back(c.view(t.sizes()));
+  return out;
+}
+
+}  // namespace volt

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages volt builds and tests with. Idempotent: does nothing when all are
+# present. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+pkgs=(build-essential cmake libtorch-dev libgloo-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2
+      libcurl4-openssl-dev)
+# Python PyTorch (Debian's 1.13) regenerates golden values and reads checkpoints in interop tests.
+[ "${VOLT_WITH_PYTHON:-1}" = 1 ] && pkgs+=(python3-torch)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

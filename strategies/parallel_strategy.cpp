@@ -1,0 +1,83 @@
+#include "volt/strategies/parallel_strategy.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "volt/core/errors.h"
+
+namespace volt {
+
+ParallelStrategy::ParallelStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes,
+                                   std::chrono::milliseconds timeout, std::string backend)
+    : Strategy(std::move(precision), std::move(accelerator)), devices_(devices), num_nodes_(num_nodes),
+      timeout_(timeout), backend_(std::move(backend)) {}
+
+ParallelStrategy::~ParallelStrategy() {
+  pg_.reset();
+  launcher_.reset();  // reaps (and if need be stops) the launched ranks
+}
+
+void ParallelStrategy::setup_environment() {
+  if (pg_) return;
+  env_ = ClusterEnv::detect();
+  const int64_t expected = devices_ * num_nodes_;
+  if (env_.source == "none") {
+    VOLT_CHECK(num_nodes_ == 1, DistributedError, "num_nodes=", num_nodes_,
+               " needs a cluster launcher (torchrun or SLURM) to start the other nodes");
+    if (expected > 1) {
+      launcher_ = std::make_unique<Launcher>(expected);
+      env_ = launcher_->env();
+    }
+  } else {
+    VOLT_CHECK(env_.world_size == expected, DistributedError, "the ", env_.source, " environment says WORLD_SIZE=",
+               env_.world_size, " but devices x num_nodes = ", devices_, " x ", num_nodes_, " = ", expected,
+               "; make them agree");
+    const int64_t threads = std::max<int64_t>(1, detail::available_cores() / std::max<int64_t>(1, env_.local_world_size));
+    if (!std::getenv("OMP_NUM_THREADS")) torch::set_num_threads(static_cast<int>(threads));
+  }
+  ProcessGroupOptions o;
+  o.backend = backend_;
+  o.timeout = timeout_;
+  pg_ = std::make_unique<ProcessGroup>(env_, o, accelerator_);
+  spdlog::info("Initialized process group: rank {} of {} ({} backend, from {} environment)", env_.rank,
+               env_.world_size, pg_->backend(), env_.source);
+}
+
+ProcessGroup& ParallelStrategy::process_group() {
+  VOLT_CHECK(pg_ != nullptr, DistributedError, "process group used before setup_environment()");
+  return *pg_;
+}
+
+void ParallelStrategy::setup_dataloader(DataLoader& loader) { loader.set_distributed(env_.rank, env_.world_size); }
+
+torch::Tensor ParallelStrategy::all_reduce(const torch::Tensor& t, ReduceOp op) {
+  torch::Tensor c = t.detach().clone();
+  process_group().all_reduce(c, op);
+  return c;
+}
+
+torch::Tensor ParallelStrategy::broadcast(const torch::Tensor& t, int64_t src) {
+  torch::Tensor c = t.detach().clone();
+  process_group().broadcast(c, src);
+  return c;
+}
+
+void ParallelStrategy::barrier(const std::string& name) { process_group().barrier(name); }
+
+void ParallelStrategy::finalize() {
+  if (launcher_) launcher_->wait_children();
+}
+
+void ParallelStrategy::broadcast_module(torch::nn::Module& module) {
+  torch::NoGradGuard ng;
+  for (auto& p : module.parameters()) {
+    torch::Tensor d = p.detach();
+    process_group().broadcast(d, 0);
+  }
+  for (auto& b : module.buffers()) {
+    torch::Tensor d = b.detach();
+    process_group().broadcast(d, 0);
+  }
+}
+
+}  // namespace volt

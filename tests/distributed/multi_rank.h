@@ -1,0 +1,47 @@
+#pragma once
+// Shared helpers for multi-rank tests: run the test worker as real processes and read its output.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "boring_model.h"
+#include "volt/distributed/cluster_env.h"
+#include "volt/trainer/trainer.h"
+
+namespace volt::testing {
+
+struct WorkerResult {
+  std::map<std::string, torch::Tensor> state;
+  std::vector<double> losses;
+  int64_t global_step = 0;
+};
+
+inline WorkerResult read_worker_output(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  WorkerResult r;
+  if (bytes.empty()) return r;
+  auto d = torch::pickle_load(bytes).toGenericDict();
+  for (const auto& kv : d.at("state_dict").toGenericDict()) r.state[kv.key().toStringRef()] = kv.value().toTensor();
+  auto l = d.at("losses").toTensor();
+  for (int64_t i = 0; i < l.numel(); ++i) r.losses.push_back(l[i].item<double>());
+  r.global_step = d.at("global_step").toInt();
+  return r;
+}
+
+/// Trains the worker's model in this process on one device with `overrides` (worker keys) and
+/// returns what the worker would write. batch_size is the global batch.
+WorkerResult train_single(const std::map<std::string, std::string>& overrides);
+
+/// Runs the worker once (self-launching `trainer.devices` ranks). Returns the exit code.
+int run_worker(const std::vector<std::string>& args, const std::string& dir, int timeout_s = 240,
+               const std::map<std::string, std::string>& env = {});
+
+/// Largest absolute difference over all tensors of two state dicts (same keys required).
+double max_state_diff(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b);
+
+}  // namespace volt::testing

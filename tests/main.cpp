@@ -1,0 +1,11 @@
+// Torch first: its glog CHECK macro must not replace Catch's (see libtorch-facts.md).
+#include <torch/torch.h>
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <spdlog/spdlog.h>
+
+int main(int argc, char** argv) {
+  spdlog::set_level(spdlog::level::warn);
+  torch::set_num_threads(1);
+  return Catch::Session().run(argc, argv);
+}

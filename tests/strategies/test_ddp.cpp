@@ -1,0 +1,126 @@
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
+#include "distributed/multi_rank.h"
+
+using namespace volt;
+using namespace volt::testing;
+
+namespace {
+std::vector<std::string> args_for(const std::string& out, const std::map<std::string, std::string>& kv) {
+  std::vector<std::string> a{"--out=" + out};
+  for (const auto& [k, v] : kv) a.push_back("--" + k + "=" + v);
+  return a;
+}
+std::map<std::string, std::string> base_trainer(const std::string& root) {
+  return {{"trainer.default_root_dir", root},    {"trainer.enable_progress_bar", "false"},
+          {"trainer.enable_model_summary", "false"}, {"trainer.enable_checkpointing", "false"},
+          {"trainer.num_sanity_val_steps", "0"}, {"trainer.max_epochs", "2"}};
+}
+}  // namespace
+
+TEST_CASE("DDP on 2 and 4 ranks matches single-process training with the same global batch", "[ddp][multirank]") {
+  for (int world : {2, 4}) {
+    for (int accum : {1, 2}) {
+      DYNAMIC_SECTION("world " << world << " accumulate " << accum) {
+        const std::string dir = temp_dir("ddp");
+        auto kv = base_trainer(dir);
+        kv["trainer.accumulate_grad_batches"] = std::to_string(accum);
+        auto single_kv = kv;
+        single_kv["batch_size"] = std::to_string(4 * world);
+        WorkerResult single = train_single(single_kv);
+
+        auto ddp_kv = kv;
+        ddp_kv["batch_size"] = "4";
+        ddp_kv["trainer.strategy"] = "ddp";
+        ddp_kv["trainer.devices"] = std::to_string(world);
+        const std::string out = dir + "/ddp.pt";
+        REQUIRE(run_worker(args_for(out, ddp_kv), dir) == 0);
+        WorkerResult ddp = read_worker_output(out);
+        REQUIRE(ddp.global_step == single.global_step);
+        REQUIRE(ddp.losses.size() == single.losses.size());
+        for (size_t i = 0; i < ddp.losses.size(); ++i) CHECK(ddp.losses[i] == Approx(single.losses[i]).epsilon(1e-5));
+        CHECK(max_state_diff(ddp.state, single.state) < 2e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("DDP with clipping by norm and Adam matches single process", "[ddp][multirank]") {
+  const std::string dir = temp_dir("ddp-clip");
+  auto kv = base_trainer(dir);
+  kv["trainer.gradient_clip_val"] = "0.05";
+  kv["adam"] = "true";
+  kv["lr"] = "0.01";
+  auto single_kv = kv;
+  single_kv["batch_size"] = "8";
+  WorkerResult single = train_single(single_kv);
+  kv["batch_size"] = "4";
+  kv["trainer.strategy"] = "ddp";
+  kv["trainer.devices"] = "2";
+  REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir) == 0);
+  CHECK(max_state_diff(read_worker_output(dir + "/o.pt").state, single.state) < 2e-5);
+}
+
+TEST_CASE("DDP under simulated torchrun and SLURM environments", "[ddp][multirank][launch]") {
+  for (std::string launcher : {"torchrun", "slurm"}) {
+    DYNAMIC_SECTION(launcher) {
+      const std::string dir = temp_dir("ddp-env");
+      auto kv = base_trainer(dir);
+      kv["batch_size"] = "4";
+      kv["trainer.strategy"] = "ddp";
+      kv["trainer.devices"] = "2";
+      const int port = volt::detail::find_free_port();
+      std::vector<std::vector<std::string>> argvs;
+      std::vector<std::map<std::string, std::string>> envs;
+      for (int r = 0; r < 2; ++r) {
+        std::vector<std::string> a{VOLT_TEST_WORKER};
+        for (auto& s : args_for(dir + "/o.pt", kv)) a.push_back(s);
+        argvs.push_back(a);
+        if (launcher == "torchrun")
+          envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
+                          {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}});
+        else
+          envs.push_back({{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", std::to_string(r)},
+                          {"SLURM_NODELIST", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}});
+      }
+      auto codes = run_processes(argvs, envs, 240, dir + "/rank");
+      INFO(read_text(dir + "/rank.0.log") << read_text(dir + "/rank.1.log"));
+      REQUIRE(codes == std::vector<int>{0, 0});
+      auto single_kv = base_trainer(dir);
+      single_kv["batch_size"] = "8";
+      CHECK(max_state_diff(read_worker_output(dir + "/o.pt").state, train_single(single_kv).state) < 2e-5);
+      CHECK(read_text(dir + "/rank.0.log").find(launcher + " environment") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a rank that dies makes the job fail fast with a message naming it, leaving no processes", "[ddp][multirank][fault]") {
+  for (std::string kind : {"exit", "kill"}) {
+    DYNAMIC_SECTION(kind) {
+      const std::string dir = temp_dir("ddp-fault");
+      auto kv = base_trainer(dir);
+      kv["batch_size"] = "4";
+      kv["trainer.strategy"] = "ddp";
+      kv["trainer.devices"] = "2";
+      kv["trainer.strategy"] = "{name: ddp, timeout: 600}";
+      kv["fault_rank"] = "1";
+      kv["fault_step"] = "3";
+      kv["fault_kind"] = kind;
+      const auto t0 = std::chrono::steady_clock::now();
+      const int code = run_worker(args_for(dir + "/o.pt", kv), dir, 120);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string log = read_text(dir + "/worker.0.log");
+      INFO(log);
+      CHECK(code != 0);
+      CHECK(code != -1);       // finished by itself, well within the 600 s collective timeout
+      CHECK(secs < 60);
+      CHECK(log.find("rank 1") != std::string::npos);
+      // No worker of this test is left running.
+      const std::string cmd = "pgrep -f 'out=" + dir + "/o.pt' > /dev/null";
+      CHECK(std::system(cmd.c_str()) != 0);
+    }
+  }
+}

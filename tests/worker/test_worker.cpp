@@ -1,0 +1,114 @@
+// A rank process for multi-rank tests. Usage:
+//   volt_test_worker --out=FILE [--trainer.KEY=VALUE ...] [--model.KEY=VALUE ...]
+//                    [--fault.rank=R --fault.step=S --fault.kind=exit|kill|hang]
+// Trains the BoringModel (tests/boring_model.h) on RandomDataset and, on rank 0, writes
+// {state_dict, losses} to FILE with torch::pickle_save. With trainer.devices > 1 and no launcher
+// environment it self-launches the other ranks, exactly as the `volt` CLI does.
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "boring_model.h"
+#include "volt/core/options.h"
+#include "volt/trainer/trainer.h"
+
+using namespace volt;
+
+namespace {
+struct WorkerConfig {
+  TrainerOptions trainer;
+  int64_t samples = 64;
+  int64_t batch_size = 8;
+  bool shuffle = true;
+  int64_t blocks = 2;
+  int64_t hidden = 32;
+  double lr = 0.1;
+  bool adam = false;
+  double dropout = 0.0;
+  std::string out;
+  int64_t fault_rank = -1;
+  int64_t fault_step = -1;
+  std::string fault_kind = "exit";
+  template <class V>
+  void visit(V& v) {
+    v("trainer", trainer)("samples", samples)("batch_size", batch_size)("shuffle", shuffle)("blocks", blocks)(
+        "hidden", hidden)("lr", lr)("adam", adam)("dropout", dropout)("out", out)("fault_rank", fault_rank)(
+        "fault_step", fault_step)("fault_kind", fault_kind);
+  }
+};
+
+class FaultCallback : public Callback {
+ public:
+  FaultCallback(int64_t rank, int64_t step, std::string kind) : rank_(rank), step_(step), kind_(std::move(kind)) {}
+  std::string state_key() const override { return "Fault"; }
+  void on_train_batch_start(Trainer& t, LightningModule&, const Batch&, int64_t) override {
+    if (t.global_rank() != rank_ || t.global_step() != step_) return;
+    if (kind_ == "kill") ::raise(SIGKILL);
+    if (kind_ == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
+    ::_exit(3);
+  }
+
+ private:
+  int64_t rank_, step_;
+  std::string kind_;
+};
+/// Records the loss of every step averaged over ranks (the global batch's loss).
+class LossRecorder : public Callback {
+ public:
+  std::string state_key() const override { return "LossRecorder"; }
+  void on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor& loss, const Batch&, int64_t) override {
+    losses.push_back(t.strategy().all_reduce(loss.detach().to(torch::kDouble), ReduceOp::Mean).item<double>());
+  }
+  std::vector<double> losses;
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    YAML::Node root(YAML::NodeType::Map);
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a.rfind("--", 0) != 0 || a.find('=') == std::string::npos) throw ConfigError("bad argument " + a);
+      apply_override(root, a.substr(2, a.find('=') - 2), a.substr(a.find('=') + 1));
+    }
+    auto cfg = options_from_yaml<WorkerConfig>(root, "");
+    torch::set_num_threads(1);
+    torch::manual_seed(cfg.trainer.seed.value_or(7));
+    testing::BoringOptions bo;
+    bo.blocks = cfg.blocks;
+    bo.hidden = cfg.hidden;
+    bo.lr = cfg.lr;
+    bo.adam = cfg.adam;
+    bo.dropout = cfg.dropout;
+    testing::BoringModel model(bo);
+    DataLoader loader(std::make_shared<testing::RandomDataset>(cfg.samples),
+                      DataLoaderOptions{cfg.batch_size, cfg.shuffle, false, 3});
+    DataLoader val(std::make_shared<testing::RandomDataset>(cfg.samples / 2, 32, 99),
+                   DataLoaderOptions{cfg.batch_size, false, false, 0});
+    auto recorder = std::make_shared<LossRecorder>();
+    std::vector<std::shared_ptr<Callback>> cbs{recorder};
+    if (cfg.fault_rank >= 0) cbs.push_back(std::make_shared<FaultCallback>(cfg.fault_rank, cfg.fault_step, cfg.fault_kind));
+    Trainer trainer(cfg.trainer, cbs);
+    trainer.fit(model, loader, &val);
+    auto state = trainer.strategy().model_state_dict(model);
+    if (trainer.is_global_zero() && !cfg.out.empty()) {
+      c10::Dict<std::string, at::Tensor> sd;
+      for (auto& [k, v] : state) sd.insert(k, v);
+      c10::impl::GenericDict out(c10::StringType::get(), c10::AnyType::get());
+      out.insert("state_dict", c10::impl::toGenericDict(sd));
+      out.insert("losses", torch::tensor(recorder->losses, torch::kDouble));
+      out.insert("val_loss", trainer.callback_metrics().count("val_loss") ? trainer.callback_metrics().at("val_loss") : -1.0);
+      out.insert("global_step", trainer.global_step());
+      auto bytes = torch::pickle_save(out);
+      std::ofstream(cfg.out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    trainer.strategy().finalize();
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "worker: error: " << e.what() << std::endl;
+    return 1;
+  }
+}
