@@ -2,6 +2,7 @@
 
 #include "volt/core/errors.h"
 #include "volt/strategies/ddp.h"
+#include "volt/strategies/fsdp/fsdp_strategy.h"
 
 namespace volt {
 
@@ -17,6 +18,9 @@ std::unique_ptr<Strategy> make_strategy(const TrainerOptions& options) {
   if (name == "ddp")
     return std::make_unique<DDPStrategy>(std::move(precision), options.accelerator, options.devices, options.num_nodes,
                                          options.strategy.ddp);
+  if (name == "fsdp")
+    return std::make_unique<FSDPStrategy>(std::move(precision), options.accelerator, options.devices,
+                                          options.num_nodes, options.strategy.fsdp);
   throw ConfigError("config key 'trainer.strategy': strategy '" + name + "' is not available in this build");
 }
 

@@ -18,6 +18,8 @@ struct WorkerResult {
   std::map<std::string, torch::Tensor> state;
   std::vector<double> losses;
   int64_t global_step = 0;
+  int64_t nonroot_unsharded_after_forward = -1, root_unsharded_after_forward = -1, optimizer_numel = -1;
+  std::vector<int64_t> shard_numels, padded, numels;
 };
 
 inline WorkerResult read_worker_output(const std::string& path) {
@@ -30,6 +32,19 @@ inline WorkerResult read_worker_output(const std::string& path) {
   auto l = d.at("losses").toTensor();
   for (int64_t i = 0; i < l.numel(); ++i) r.losses.push_back(l[i].item<double>());
   r.global_step = d.at("global_step").toInt();
+  if (d.contains("optimizer_numel")) {
+    r.nonroot_unsharded_after_forward = d.at("nonroot_unsharded_after_forward").toInt();
+    r.root_unsharded_after_forward = d.at("root_unsharded_after_forward").toInt();
+    r.optimizer_numel = d.at("optimizer_numel").toInt();
+    auto vec = [](const torch::Tensor& t) {
+      std::vector<int64_t> v;
+      for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t[i].item<int64_t>());
+      return v;
+    };
+    r.shard_numels = vec(d.at("shard_numels").toTensor());
+    r.padded = vec(d.at("padded").toTensor());
+    r.numels = vec(d.at("numels").toTensor());
+  }
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include "boring_model.h"
 #include "volt/core/options.h"
 #include "volt/trainer/trainer.h"
+#include "volt/strategies/fsdp/fsdp_strategy.h"
 
 using namespace volt;
 
@@ -64,6 +65,34 @@ class LossRecorder : public Callback {
   }
   std::vector<double> losses;
 };
+
+/// Under FSDP: what each unit holds, checked between forward and backward.
+class ShardProbe : public Callback {
+ public:
+  std::string state_key() const override { return "ShardProbe"; }
+  void on_before_backward(Trainer& t, LightningModule&, const torch::Tensor&) override {
+    auto* f = dynamic_cast<FSDPStrategy*>(&t.strategy());
+    if (!f) return;
+    nonroot_unsharded_after_forward = 0;
+    auto units = f->units();
+    root_unsharded_after_forward = static_cast<int64_t>(units[0].unsharded_bytes);
+    for (size_t i = 1; i < units.size(); ++i) nonroot_unsharded_after_forward += static_cast<int64_t>(units[i].unsharded_bytes);
+    shard_numels.clear();
+    padded.clear();
+    numels.clear();
+    for (auto& u : units) {
+      shard_numels.push_back(u.shard_numel);
+      padded.push_back(u.padded_numel);
+      numels.push_back(u.numel);
+    }
+    // Optimizer-visible elements on this rank (its state is sized by these).
+    optimizer_numel = 0;
+    for (auto& g : t.optimizer()->param_groups())
+      for (auto& p : g.params()) optimizer_numel += p.numel();
+  }
+  int64_t nonroot_unsharded_after_forward = -1, root_unsharded_after_forward = -1, optimizer_numel = -1;
+  std::vector<int64_t> shard_numels, padded, numels;
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,7 +118,8 @@ int main(int argc, char** argv) {
     DataLoader val(std::make_shared<testing::RandomDataset>(cfg.samples / 2, 32, 99),
                    DataLoaderOptions{cfg.batch_size, false, false, 0});
     auto recorder = std::make_shared<LossRecorder>();
-    std::vector<std::shared_ptr<Callback>> cbs{recorder};
+    auto probe = std::make_shared<ShardProbe>();
+    std::vector<std::shared_ptr<Callback>> cbs{recorder, probe};
     if (cfg.fault_rank >= 0) cbs.push_back(std::make_shared<FaultCallback>(cfg.fault_rank, cfg.fault_step, cfg.fault_kind));
     Trainer trainer(cfg.trainer, cbs);
     trainer.fit(model, loader, &val);
@@ -102,6 +132,12 @@ int main(int argc, char** argv) {
       out.insert("losses", torch::tensor(recorder->losses, torch::kDouble));
       out.insert("val_loss", trainer.callback_metrics().count("val_loss") ? trainer.callback_metrics().at("val_loss") : -1.0);
       out.insert("global_step", trainer.global_step());
+      out.insert("nonroot_unsharded_after_forward", probe->nonroot_unsharded_after_forward);
+      out.insert("root_unsharded_after_forward", probe->root_unsharded_after_forward);
+      out.insert("optimizer_numel", probe->optimizer_numel);
+      out.insert("shard_numels", torch::tensor(probe->shard_numels.empty() ? std::vector<int64_t>{-1} : probe->shard_numels));
+      out.insert("padded", torch::tensor(probe->padded.empty() ? std::vector<int64_t>{-1} : probe->padded));
+      out.insert("numels", torch::tensor(probe->numels.empty() ? std::vector<int64_t>{-1} : probe->numels));
       auto bytes = torch::pickle_save(out);
       std::ofstream(cfg.out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }

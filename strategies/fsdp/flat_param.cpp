@@ -1,0 +1,124 @@
+#include "volt/strategies/fsdp/flat_param.h"
+
+#include <torch/torch.h>
+
+#include "volt/core/compat.h"
+#include "volt/core/errors.h"
+
+namespace volt::detail {
+
+FlatParam::FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries, int64_t shard_rank,
+                     int64_t shard_size, at::ScalarType param_dtype, torch::Device device)
+    : unit_name_(std::move(unit_name)), entries_(std::move(entries)), shard_rank_(shard_rank),
+      shard_size_(shard_size), param_dtype_(param_dtype) {
+  torch::NoGradGuard ng;
+  for (auto& e : entries_) {
+    e.offset = numel_;
+    e.numel = e.param.numel();
+    e.shape = e.param.sizes().vec();
+    numel_ += e.numel;
+  }
+  padded_ = (numel_ + shard_size_ - 1) / shard_size_ * shard_size_;
+  if (padded_ == 0) padded_ = shard_size_;
+  const int64_t sn = padded_ / shard_size_;
+  // The initial full flat values, then this rank's shard of them.
+  auto fopts = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  torch::Tensor flat = torch::zeros({padded_}, fopts);
+  for (auto& e : entries_) flat.narrow(0, e.offset, e.numel).copy_(e.param.detach().reshape(-1));
+  shard_ = flat.narrow(0, shard_rank_ * sn, sn).clone();
+  // Module parameters become views into the unsharded buffer.
+  full_ = torch::empty({padded_}, fopts.dtype(param_dtype_));
+  for (auto& e : entries_) e.param.set_data(full_.narrow(0, e.offset, e.numel).view(e.shape));
+  compat::free_storage(full_);
+  // This rank's slices of each parameter (what the optimizer sees).
+  const int64_t lo = shard_rank_ * sn, hi = lo + sn;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const auto& e = entries_[i];
+    const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+    if (a >= b) continue;
+    LocalSlice s;
+    s.entry = i;
+    s.shard_offset = a - lo;
+    s.param_offset = a - e.offset;
+    s.length = b - a;
+    s.view = shard_.narrow(0, s.shard_offset, s.length).detach();
+    s.view.requires_grad_(true);
+    slices_.push_back(s);
+  }
+}
+
+size_t FlatParam::unsharded_bytes() const { return compat::storage_nbytes(full_); }
+
+void FlatParam::unshard_async(ProcessGroup* pg) {
+  if (state_ != UnitState::Sharded) return;
+  compat::refill_storage(full_, static_cast<size_t>(padded_) * full_.element_size());
+  at::AutoDispatchBelowADInplaceOrView guard;
+  send_ = shard_.to(param_dtype_);
+  if (pg == nullptr || pg->size() == 1) {
+    full_.copy_(send_);
+    state_ = UnitState::Unsharded;
+    return;
+  }
+  work_ = pg->all_gather_async(full_, send_);
+  state_ = UnitState::Gathering;
+}
+
+void FlatParam::unshard(ProcessGroup* pg) {
+  if (state_ == UnitState::Sharded) unshard_async(pg);
+  if (state_ == UnitState::Gathering) {
+    work_.wait();
+    send_ = torch::Tensor();
+    state_ = UnitState::Unsharded;
+  }
+}
+
+void FlatParam::reshard() {
+  if (state_ == UnitState::Gathering) work_.wait();
+  compat::free_storage(full_);
+  send_ = torch::Tensor();
+  state_ = UnitState::Sharded;
+}
+
+void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate_pg, at::ScalarType reduce_dtype,
+                                 int64_t world_size) {
+  torch::NoGradGuard ng;
+  bool any = false;
+  for (auto& e : entries_) any = any || e.param.grad().defined();
+  if (!any) return;
+  torch::Tensor flat = torch::zeros({padded_}, torch::TensorOptions().dtype(reduce_dtype).device(shard_.device()));
+  for (auto& e : entries_) {
+    if (e.param.grad().defined()) flat.narrow(0, e.offset, e.numel).copy_(e.param.grad().reshape(-1));
+    e.param.mutable_grad() = torch::Tensor();  // free the full gradient
+  }
+  torch::Tensor g = torch::empty({shard_numel()}, flat.options().dtype(torch::kFloat));
+  // Sum over shard ranks here, then over replicas; divide once by the whole world (a mean).
+  if (shard_pg && shard_pg->size() > 1) {
+    torch::Tensor gs = torch::empty({shard_numel()}, flat.options());
+    shard_pg->reduce_scatter(gs, flat, ReduceOp::Sum);
+    g.copy_(gs);
+  } else {
+    g.copy_(flat.narrow(0, shard_rank_ * shard_numel(), shard_numel()));
+  }
+  if (replicate_pg && replicate_pg->size() > 1) replicate_pg->all_reduce(g, ReduceOp::Sum);
+  g.div_(static_cast<double>(world_size));
+  if (shard_grad_.defined())
+    shard_grad_.add_(g);
+  else
+    shard_grad_ = g;
+}
+
+void FlatParam::expose_slice_grads() {
+  if (!shard_grad_.defined()) return;
+  for (auto& s : slices_) s.view.mutable_grad() = shard_grad_.narrow(0, s.shard_offset, s.length);
+}
+
+torch::Tensor FlatParam::gather_full_fp32(ProcessGroup* pg) const {
+  torch::Tensor full = torch::empty({padded_}, shard_.options());
+  if (pg == nullptr || pg->size() == 1)
+    full.copy_(shard_);
+  else
+    pg->all_gather(full, shard_);
+  return full;
+}
+
+}  // namespace volt::detail

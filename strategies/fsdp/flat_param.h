@@ -1,0 +1,85 @@
+#pragma once
+/// One FSDP unit's parameters, flattened. Every rank of the shard group keeps a contiguous fp32
+/// shard of the padded flat buffer (the optimizer's master weights); before the unit runs, the
+/// shards are all-gathered into `full` (param dtype) and the module's own parameter tensors point
+/// into it (set_data at set-up, so names and identities never change); afterwards the storage of
+/// `full` is released (compat::free_storage), which frees the memory even while the autograd graph
+/// still references the parameters.
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+#include "volt/distributed/process_group.h"
+
+namespace volt::detail {
+
+struct FlatParamEntry {
+  std::string name;     // the user's qualified name, e.g. "model.transformer.encoder.layers.0.linear1.weight"
+  torch::Tensor param;  // the module's parameter (same object as named_parameters() returns)
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // in the flat buffer
+  int64_t numel = 0;
+};
+
+/// This rank's piece of one parameter: shard[shard_offset, +length) == param.flatten()[param_offset, +length).
+struct LocalSlice {
+  size_t entry = 0;
+  int64_t shard_offset = 0;
+  int64_t param_offset = 0;
+  int64_t length = 0;
+  torch::Tensor view;  // a leaf view of the shard the optimizer steps (requires_grad)
+};
+
+enum class UnitState { Sharded, Gathering, Unsharded };
+
+class FlatParam {
+ public:
+  /// Takes over `entries` (their current values become the initial weights).
+  FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries, int64_t shard_rank, int64_t shard_size,
+            at::ScalarType param_dtype, torch::Device device);
+
+  const std::string& unit_name() const { return unit_name_; }
+  int64_t numel() const { return numel_; }
+  int64_t padded_numel() const { return padded_; }
+  int64_t shard_numel() const { return padded_ / shard_size_; }
+  const torch::Tensor& shard() const { return shard_; }
+  std::vector<FlatParamEntry>& entries() { return entries_; }
+  std::vector<LocalSlice>& slices() { return slices_; }
+  UnitState state() const { return state_; }
+  /// Bytes the unsharded buffer currently holds (0 when freed).
+  size_t unsharded_bytes() const;
+
+  /// Starts gathering the shards into `full` (no-op unless Sharded). `pg` null = shard size 1.
+  void unshard_async(ProcessGroup* pg);
+  /// Waits for a gather started by unshard_async (starting one if needed).
+  void unshard(ProcessGroup* pg);
+  /// Frees the unsharded storage.
+  void reshard();
+  /// Flattens the parameters' gradients, reduce-scatters them over `shard_pg`, averages over
+  /// `replicate_pg`, and adds the result to the shard gradient; frees the full gradients.
+  void reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate_pg, at::ScalarType reduce_dtype,
+                        int64_t world_size);
+  /// The gradient of this rank's shard (fp32, shard_numel), undefined before the first reduce.
+  torch::Tensor& shard_grad() { return shard_grad_; }
+  /// Points every slice's .grad at the shard gradient (zeros where no gradient arrived).
+  void expose_slice_grads();
+  /// The full fp32 flat values (all-gathered from the shards) — for state dicts and teardown.
+  torch::Tensor gather_full_fp32(ProcessGroup* pg) const;
+
+ private:
+  std::string unit_name_;
+  std::vector<FlatParamEntry> entries_;
+  std::vector<LocalSlice> slices_;
+  int64_t shard_rank_, shard_size_;
+  int64_t numel_ = 0, padded_ = 0;
+  at::ScalarType param_dtype_;
+  torch::Tensor shard_;       // fp32 master shard
+  torch::Tensor shard_grad_;  // fp32
+  torch::Tensor full_;        // param dtype, storage freed when sharded
+  torch::Tensor send_;        // shard cast to param dtype for the gather
+  CollectiveWork work_;
+  UnitState state_ = UnitState::Sharded;
+};
+
+}  // namespace volt::detail

@@ -1,0 +1,496 @@
+#include "volt/strategies/fsdp/fsdp_strategy.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/torch.h>
+
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "volt/core/errors.h"
+#include "volt/core/hooked_module.h"
+#include "volt/trainer/lightning_module.h"
+
+namespace volt {
+
+namespace {
+
+class GradHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+/// Runs around one unit's forward: gather, run, hook the output for backward, free.
+class FSDPUnitInterceptor : public ForwardInterceptor {
+ public:
+  FSDPUnitInterceptor(FSDPStrategy* s, size_t unit, std::weak_ptr<bool> alive) : s_(s), unit_(unit), alive_(alive) {}
+  torch::Tensor around(torch::nn::Module&, const TensorVec& inputs, const ForwardFn& next) override {
+    if (alive_.expired()) return next(inputs);
+    s_->pre_forward(unit_);
+    torch::Tensor out = next(inputs);
+    s_->post_forward(unit_, out);
+    return out;
+  }
+  const char* name() const override { return "fsdp"; }
+
+ private:
+  FSDPStrategy* s_;
+  size_t unit_;
+  std::weak_ptr<bool> alive_;
+};
+
+bool frees_after_forward(const std::string& s) { return s == "FULL_SHARD" || s == "HYBRID_SHARD"; }
+
+bool selected(const ModulePolicy& p, const torch::nn::Module& m, const std::string& name) {
+  if (p.predicate && p.predicate(m, name)) return true;
+  for (const auto& t : p.module_types)
+    if (t == m.name()) return true;
+  if (p.min_num_params > 0) {
+    int64_t n = 0;
+    for (const auto& x : m.parameters()) n += x.numel();
+    if (n >= p.min_num_params) return true;
+  }
+  return false;
+}
+
+const std::vector<std::string> kStateFields = {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq",
+                                               "momentum_buffer", "square_avg", "grad_avg", "sum"};
+
+}  // namespace
+
+FSDPStrategy::FSDPStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes,
+                           FSDPOptions options)
+    : ParallelStrategy(std::move(precision), std::move(accelerator), devices, num_nodes,
+                       std::chrono::seconds(options.timeout), options.process_group_backend),
+      options_(std::move(options)) {
+  options_.validate();
+  const int64_t world = devices * num_nodes;
+  const std::string& s = options_.sharding_strategy;
+  if (s == "NO_SHARD") {
+    shard_size_ = 1;
+    replicate_size_ = world;
+  } else if (s == "HYBRID_SHARD" || s == "_HYBRID_SHARD_ZERO2") {
+    std::vector<int64_t> mesh = options_.device_mesh;
+    if (mesh.empty()) mesh = {num_nodes, devices};
+    VOLT_CHECK(mesh[0] * mesh[1] == world, ConfigError, "config key 'trainer.strategy.device_mesh': (",
+               mesh[0], ", ", mesh[1], ") has ", mesh[0] * mesh[1], " ranks but the world has ", world,
+               " (devices x num_nodes); replicate_size x shard_size must equal it");
+    VOLT_CHECK(options_.auto_wrap_policy.empty() == false || !options_.device_mesh.empty(), ConfigError,
+               "config key 'trainer.strategy': ", s, " needs an auto_wrap_policy or a device_mesh");
+    replicate_size_ = mesh[0];
+    shard_size_ = mesh[1];
+  } else {
+    shard_size_ = world;
+    replicate_size_ = 1;
+  }
+  // Mixed precision: derived from the Trainer's precision unless given explicitly.
+  const bool bf16 = precision_.compute_dtype() == at::kBFloat16 || precision_.compute_dtype() == at::kHalf;
+  param_dtype_ = options_.param_dtype ? Precision::dtype_from_name(*options_.param_dtype, "trainer.strategy.param_dtype")
+                                      : (bf16 ? precision_.compute_dtype() : at::kFloat);
+  reduce_dtype_ = options_.reduce_dtype
+                      ? Precision::dtype_from_name(*options_.reduce_dtype, "trainer.strategy.reduce_dtype")
+                      : param_dtype_;
+
+}
+
+FSDPStrategy::~FSDPStrategy() { alive_.reset(); }
+
+std::string FSDPStrategy::precision_unsupported_reason(const Precision&) const { return {}; }
+
+void FSDPStrategy::setup_environment() {
+  ParallelStrategy::setup_environment();
+  const int64_t r = global_rank();
+  if (shard_size_ > 1 && shard_size_ < world_size()) {
+    const int64_t g = r / shard_size_;
+    std::vector<int64_t> ranks;
+    for (int64_t i = 0; i < shard_size_; ++i) ranks.push_back(g * shard_size_ + i);
+    shard_group_ = std::make_unique<ProcessGroup>(process_group(), ranks, "shard" + std::to_string(g));
+  }
+  if (replicate_size_ > 1 && replicate_size_ < world_size()) {
+    const int64_t j = r % shard_size_;
+    std::vector<int64_t> ranks;
+    for (int64_t k = 0; k < replicate_size_; ++k) ranks.push_back(j + k * shard_size_);
+    replicate_group_ = std::make_unique<ProcessGroup>(process_group(), ranks, "replicate" + std::to_string(j));
+  }
+}
+
+ProcessGroup* FSDPStrategy::shard_pg() {
+  if (shard_size_ == 1) return nullptr;
+  return shard_group_ ? shard_group_.get() : &process_group();
+}
+
+ProcessGroup* FSDPStrategy::replicate_pg() {
+  if (replicate_size_ == 1) return nullptr;
+  return replicate_group_ ? replicate_group_.get() : &process_group();
+}
+
+void FSDPStrategy::setup_module(LightningModule& module) {
+  module_ = &module;
+  Strategy::setup_module(module);
+  broadcast_module(module);  // sync_module_states: every rank starts from rank 0's weights
+  // Pick units: HookedModules the policy selects; inner units claim their parameters first.
+  std::vector<std::pair<std::string, torch::nn::Module*>> picked;
+  std::set<std::string> hooked_types;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    torch::nn::Module& m = *item.value();
+    if (is_hooked(m)) hooked_types.insert(m.name());
+    if (options_.auto_wrap_policy.empty() || !selected(options_.auto_wrap_policy, m, item.key())) continue;
+    VOLT_CHECK(is_hooked(m), ConfigError, "config key 'trainer.strategy.auto_wrap_policy': it selects '", item.key(),
+               "' (", m.name(), "), which is not a volt::HookedModule, so FSDP cannot act around its forward; "
+               "derive it from HookedModule or pick its HookedModule children");
+    picked.emplace_back(item.key(), &m);
+  }
+  if (!options_.auto_wrap_policy.empty() && picked.empty()) {
+    std::string types;
+    for (const auto& t : hooked_types) types += (types.empty() ? "" : ", ") + t;
+    throw ConfigError("config key 'trainer.strategy.auto_wrap_policy': the policy selects no module; wrappable "
+                      "(HookedModule) types in this model: " + (types.empty() ? std::string("none") : types));
+  }
+  std::set<c10::TensorImpl*> claimed;
+  std::vector<std::vector<detail::FlatParamEntry>> entries(picked.size());
+  for (size_t i = picked.size(); i-- > 0;) {
+    for (const auto& kv : picked[i].second->named_parameters()) {
+      if (!claimed.insert(kv.value().unsafeGetTensorImpl()).second) continue;
+      entries[i].push_back({picked[i].first + "." + kv.key(), kv.value()});
+    }
+  }
+  std::vector<detail::FlatParamEntry> root;
+  for (const auto& kv : module.named_parameters())
+    if (!claimed.count(kv.value().unsafeGetTensorImpl())) root.push_back({kv.key(), kv.value()});
+  const int64_t shard_rank = shard_pg() ? shard_pg()->rank() : 0;
+  units_.clear();
+  units_.resize(picked.size() + 1);
+  units_[0].name = "";
+  units_[0].module = &module;
+  units_[0].flat = std::make_unique<detail::FlatParam>("<root>", std::move(root), shard_rank, shard_size_,
+                                                        param_dtype_, root_device());
+  for (size_t i = 0; i < picked.size(); ++i) {
+    Unit& u = units_[i + 1];
+    u.name = picked[i].first;
+    u.module = picked[i].second;
+    u.flat = std::make_unique<detail::FlatParam>(u.name, std::move(entries[i]), shard_rank, shard_size_, param_dtype_,
+                                                 root_device());
+    dynamic_cast<HookedModule*>(u.module)
+        ->add_interceptor(std::make_shared<FSDPUnitInterceptor>(this, i + 1, alive_), /*priority=*/0);
+  }
+  for (size_t i = 0; i < units_.size(); ++i) install_grad_hooks(i);
+  spdlog::info("FSDP {}: {} unit(s) + root, shard group {} x replicate {}, param dtype {}", options_.sharding_strategy,
+               picked.size(), shard_size_, replicate_size_, c10::toString(param_dtype_));
+}
+
+void FSDPStrategy::install_grad_hooks(size_t ui) {
+  Unit& u = units_[ui];
+  u.grads_expected = 0;
+  std::weak_ptr<bool> alive = alive_;
+  for (auto& e : u.flat->entries()) {
+    if (!e.param.requires_grad()) continue;
+    ++u.grads_expected;
+    auto acc = torch::autograd::impl::grad_accumulator(e.param);
+    acc->add_post_hook(std::make_unique<GradHook>([this, ui, alive] {
+      if (alive.expired() || !sync_ || ui >= units_.size()) return;
+      if (--units_[ui].grads_pending == 0) on_unit_grads_ready(ui);
+    }));
+    accumulators_.push_back(acc);
+  }
+}
+
+void FSDPStrategy::setup_optimizer(LightningModule&, OptimizerConfig& config) {
+  auto& opt = *config.optimizer;
+  VOLT_CHECK(opt.state().empty(), ConfigError,
+             "FSDP: the optimizer already has state; create it in configure_optimizers() without stepping it");
+  std::map<c10::TensorImpl*, std::vector<torch::Tensor>> slices;
+  for (auto& u : units_)
+    for (auto& s : u.flat->slices()) slices[u.flat->entries()[s.entry].param.unsafeGetTensorImpl()].push_back(s.view);
+  // Each parameter is replaced by this rank's slice of it; param groups (and their options) stay.
+  for (auto& g : opt.param_groups()) {
+    std::vector<torch::Tensor> params;
+    for (auto& p : g.params()) {
+      auto it = slices.find(p.unsafeGetTensorImpl());
+      if (it == slices.end()) {
+        params.push_back(p);
+        continue;
+      }
+      for (auto& v : it->second) params.push_back(v);
+    }
+    g.params() = params;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// forward / backward
+
+void FSDPStrategy::unshard(size_t ui) { units_[ui].flat->unshard(shard_pg()); }
+void FSDPStrategy::reshard(size_t ui) { units_[ui].flat->reshard(); }
+
+void FSDPStrategy::prefetch_after(size_t ui, bool backward) {
+  const auto& order = backward ? forward_order_ : current_order_;
+  if (backward) {
+    if (options_.backward_prefetch != "BACKWARD_PRE") return;
+    auto it = std::find(order.begin(), order.end(), ui);
+    if (it == order.end() || it == order.begin()) return;
+    units_[*(it - 1)].flat->unshard_async(shard_pg());
+  } else {
+    if (!options_.forward_prefetch || forward_order_.empty()) return;
+    // The unit that ran after this one in the previous iteration.
+    auto it = std::find(forward_order_.begin(), forward_order_.end(), ui);
+    if (it == forward_order_.end() || it + 1 == forward_order_.end()) return;
+    units_[*(it + 1)].flat->unshard_async(shard_pg());
+  }
+}
+
+void FSDPStrategy::pre_forward(size_t ui) {
+  unshard(ui);
+  if (torch::GradMode::is_enabled()) current_order_.push_back(ui);
+  prefetch_after(ui, false);
+}
+
+void FSDPStrategy::post_forward(size_t ui, const torch::Tensor& out) {
+  const bool grad = torch::GradMode::is_enabled() && out.requires_grad();
+  if (grad) {
+    std::weak_ptr<bool> alive = alive_;
+    // Pre-backward: gather again (if freed) before this unit's backward runs, prefetch the next.
+    const_cast<torch::Tensor&>(out).register_hook([this, ui, alive](const torch::Tensor& g) {
+      if (!alive.expired() && ui < units_.size()) {
+        unshard(ui);
+        prefetch_after(ui, true);
+      }
+      return g;
+    });
+  }
+  if (!grad || frees_after_forward(options_.sharding_strategy)) reshard(ui);
+}
+
+void FSDPStrategy::on_unit_grads_ready(size_t ui) {
+  Unit& u = units_[ui];
+  if (u.reduced) return;
+  u.flat->reduce_gradients(shard_pg(), replicate_pg(), reduce_dtype_, world_size());
+  u.reduced = true;
+  if (ui != 0) reshard(ui);
+}
+
+torch::Tensor FSDPStrategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
+  current_order_.clear();
+  unshard(0);
+  return Strategy::training_step(module, batch, batch_idx);
+}
+
+void FSDPStrategy::validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
+  unshard(0);
+  Strategy::validation_step(module, batch, batch_idx);
+  reshard(0);
+}
+
+void FSDPStrategy::test_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
+  unshard(0);
+  Strategy::test_step(module, batch, batch_idx);
+  reshard(0);
+}
+
+void FSDPStrategy::backward(LightningModule&, const torch::Tensor& loss, bool sync_gradients) {
+  sync_ = sync_gradients;
+  for (auto& u : units_) {
+    u.grads_pending = u.grads_expected;
+    u.reduced = false;
+  }
+  loss.backward();
+  finish_backward();
+  sync_ = true;
+}
+
+void FSDPStrategy::finish_backward() {
+  if (sync_) {
+    // Units some of whose parameters got no gradient (unused this step) and the root.
+    for (size_t i = 0; i < units_.size(); ++i)
+      if (!units_[i].reduced) on_unit_grads_ready(i);
+    for (auto& u : units_) u.flat->expose_slice_grads();
+  }
+  for (size_t i = 0; i < units_.size(); ++i) reshard(i);
+  forward_order_ = current_order_;
+}
+
+void FSDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer) { optimizer.step(); }
+
+void FSDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {
+  Strategy::zero_grad(optimizer);
+  for (auto& u : units_) {
+    u.flat->shard_grad() = torch::Tensor();
+    for (auto& e : u.flat->entries()) e.param.mutable_grad() = torch::Tensor();
+  }
+}
+
+double FSDPStrategy::reduce_grad_norm_sq(double local) {
+  if (!shard_pg()) return local;
+  torch::Tensor t = torch::tensor(local, torch::kDouble);
+  shard_pg()->all_reduce(t, ReduceOp::Sum);
+  return t.item<double>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// state
+
+NamedTensors FSDPStrategy::optimizer_params(LightningModule&) {
+  NamedTensors out;
+  for (auto& u : units_)
+    for (auto& s : u.flat->slices()) out.emplace_back(u.flat->entries()[s.entry].name, s.view);
+  return out;
+}
+
+std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict(LightningModule& module) {
+  std::map<std::string, torch::Tensor> out;
+  for (auto& u : units_) {
+    torch::Tensor full = u.flat->gather_full_fp32(shard_pg());
+    for (auto& e : u.flat->entries()) out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone().cpu();
+  }
+  for (auto& kv : module.named_buffers()) out[kv.key()] = kv.value().detach().cpu().clone();
+  return out;
+}
+
+void FSDPStrategy::load_model_state_dict(LightningModule& module, const std::map<std::string, torch::Tensor>& state,
+                                         const std::string& source) {
+  torch::NoGradGuard ng;
+  size_t expected = 0;
+  for (auto& u : units_) {
+    auto& f = *u.flat;
+    torch::Tensor full = torch::zeros({f.padded_numel()}, f.shard().options());
+    for (auto& e : f.entries()) {
+      auto it = state.find(e.name);
+      VOLT_CHECK(it != state.end(), CheckpointError, source, ": no tensor '", e.name, "' in the checkpoint");
+      VOLT_CHECK(it->second.numel() == e.numel && it->second.sizes().vec() == e.shape, CheckpointError, source,
+                 ": tensor '", e.name, "' has shape ", it->second.sizes(), ", the model expects ", c10::IntArrayRef(e.shape));
+      full.narrow(0, e.offset, e.numel).copy_(it->second.reshape(-1));
+      ++expected;
+    }
+    const int64_t r = shard_pg() ? shard_pg()->rank() : 0;
+    const_cast<torch::Tensor&>(f.shard()).copy_(full.narrow(0, r * f.shard_numel(), f.shard_numel()));
+  }
+  for (auto& kv : module.named_buffers()) {
+    auto it = state.find(kv.key());
+    VOLT_CHECK(it != state.end(), CheckpointError, source, ": no buffer '", kv.key(), "' in the checkpoint");
+    kv.value().copy_(it->second);
+    ++expected;
+  }
+  VOLT_CHECK(state.size() == expected, CheckpointError, source, ": the checkpoint has ", state.size(),
+             " tensors, the model ", expected, " (a checkpoint of another model?)");
+}
+
+std::map<std::string, torch::Tensor> FSDPStrategy::optimizer_state_dict(LightningModule& module,
+                                                                        torch::optim::Optimizer& optimizer) {
+  // Local state of this rank's slices, then each field assembled to full parameter shape.
+  auto local = optimizer_state_to_tensors(optimizer, optimizer_params(module));
+  torch::Tensor have = torch::zeros({static_cast<int64_t>(kStateFields.size())});
+  for (auto& [k, v] : local)
+    for (size_t i = 0; i < kStateFields.size(); ++i)
+      if (k.size() > kStateFields[i].size() && k.compare(k.size() - kStateFields[i].size() - 1, std::string::npos, "." + kStateFields[i]) == 0)
+        have[i] = 1;
+  if (world_size() > 1) process_group().all_reduce(have, ReduceOp::Max);
+  std::map<std::string, torch::Tensor> out;
+  for (auto& u : units_) {
+    auto& f = *u.flat;
+    const int64_t r = shard_pg() ? shard_pg()->rank() : 0;
+    for (size_t fi = 0; fi < kStateFields.size(); ++fi) {
+      if (have[fi].item<float>() == 0) continue;
+      const std::string& field = kStateFields[fi];
+      if (field == "step") {
+        torch::Tensor step = torch::zeros({1}, torch::kDouble);
+        for (auto& s : f.slices()) {
+          auto it = local.find(f.entries()[s.entry].name + ".step");
+          if (it != local.end()) step[0] = std::max(step[0].item<double>(), it->second.item<double>());
+        }
+        if (shard_pg()) shard_pg()->all_reduce(step, ReduceOp::Max);
+        for (auto& e : f.entries()) out[e.name + ".step"] = torch::tensor(static_cast<int64_t>(step[0].item<double>()));
+        continue;
+      }
+      torch::Tensor flat = torch::zeros({f.padded_numel()});
+      for (auto& s : f.slices()) {
+        auto it = local.find(f.entries()[s.entry].name + "." + field);
+        if (it != local.end()) flat.narrow(0, r * f.shard_numel() + s.shard_offset, s.length).copy_(it->second.reshape(-1));
+      }
+      if (shard_pg()) shard_pg()->all_reduce(flat, ReduceOp::Sum);
+      for (auto& e : f.entries()) out[e.name + "." + field] = flat.narrow(0, e.offset, e.numel).view(e.shape).clone();
+    }
+  }
+  return out;
+}
+
+void FSDPStrategy::load_optimizer_state_dict(LightningModule& module, torch::optim::Optimizer& optimizer,
+                                             const std::map<std::string, torch::Tensor>& state,
+                                             const std::string& source) {
+  std::map<std::string, torch::Tensor> local;
+  for (auto& u : units_) {
+    auto& f = *u.flat;
+    for (auto& s : f.slices()) {
+      const auto& e = f.entries()[s.entry];
+      for (const auto& field : kStateFields) {
+        auto it = state.find(e.name + "." + field);
+        if (it == state.end()) continue;
+        if (field == "step") {
+          local[e.name + ".step"] = it->second;
+          continue;
+        }
+        VOLT_CHECK(it->second.numel() == e.numel, CheckpointError, source, ": optimizer state '", it->first,
+                   "' has ", it->second.numel(), " elements, the parameter ", e.numel);
+        local[e.name + "." + field] = it->second.reshape(-1).narrow(0, s.param_offset, s.length).clone();
+      }
+    }
+  }
+  optimizer_state_from_tensors(optimizer, optimizer_params(module), local, source);
+}
+
+void FSDPStrategy::teardown(LightningModule& module) {
+  if (units_.empty()) return;
+  // Give every parameter its own full storage again, with the trained values.
+  torch::NoGradGuard ng;
+  for (auto& u : units_) {
+    torch::Tensor full = u.flat->gather_full_fp32(shard_pg());
+    for (auto& e : u.flat->entries()) {
+      e.param.mutable_grad() = torch::Tensor();
+      e.param.set_data(full.narrow(0, e.offset, e.numel).view(e.shape).clone().to(precision_.param_dtype()));
+    }
+    if (u.module && u.module != &module)
+      if (auto* h = dynamic_cast<HookedModule*>(u.module)) h->remove_interceptors("fsdp");
+  }
+  alive_ = std::make_shared<bool>(true);
+  accumulators_.clear();
+  units_.clear();
+  forward_order_.clear();
+  current_order_.clear();
+}
+
+std::vector<FSDPStrategy::UnitInfo> FSDPStrategy::units() const {
+  std::vector<UnitInfo> out;
+  for (const auto& u : units_)
+    out.push_back({u.name, u.flat->numel(), u.flat->padded_numel(), u.flat->shard_numel(), u.flat->unsharded_bytes()});
+  return out;
+}
+
+std::string FSDPStrategy::describe_module(LightningModule&) {
+  std::ostringstream os;
+  os << "FSDP units (" << options_.sharding_strategy << ", shard group " << shard_size_ << ", replicate "
+     << replicate_size_ << "):\n";
+  os << "  " << std::left << std::setw(44) << "Unit" << std::right << std::setw(12) << "Params" << std::setw(12)
+     << "Shard" << std::setw(14) << "MB/rank*" << '\n';
+  int64_t total = 0, shard = 0;
+  for (const auto& u : units_) {
+    const double mb = static_cast<double>(u.flat->shard_numel()) * 16 / 1e6;
+    os << "  " << std::left << std::setw(44) << (u.name.empty() ? "<root>" : u.name) << std::right << std::setw(12)
+       << u.flat->numel() << std::setw(12) << u.flat->shard_numel() << std::setw(14) << std::fixed
+       << std::setprecision(2) << mb << '\n';
+    total += u.flat->numel();
+    shard += u.flat->shard_numel();
+  }
+  os << "  total " << total << " params; this rank holds " << shard << " (" << std::fixed << std::setprecision(2)
+     << 100.0 * shard / std::max<int64_t>(1, total) << "%)\n"
+     << "  * 16 bytes per sharded parameter: fp32 weight + gradient + Adam's two moments\n";
+  return os.str();
+}
+
+}  // namespace volt

@@ -1,0 +1,12 @@
+#pragma once
+/// Umbrella header: everything a user of volt needs.
+#include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/lr_monitor.h"
+#include "volt/callbacks/model_checkpoint.h"
+#include "volt/callbacks/model_summary.h"
+#include "volt/callbacks/progress_bar.h"
+#include "volt/core/errors.h"
+#include "volt/core/hooked_module.h"
+#include "volt/strategies/ddp.h"
+#include "volt/strategies/fsdp/fsdp_strategy.h"
+#include "volt/trainer/trainer.h"
