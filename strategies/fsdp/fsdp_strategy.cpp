@@ -54,7 +54,7 @@ bool selected(const ModulePolicy& p, const torch::nn::Module& m, const std::stri
   if (p.predicate && p.predicate(m, name)) return true;
   for (const auto& t : p.module_types)
     if (t == m.name()) return true;
-  if (p.min_num_params > 0) {
+  if (p.min_num_params > 0 && is_hooked(m)) {  // size-based picks only modules FSDP can act on
     int64_t n = 0;
     for (const auto& x : m.parameters()) n += x.numel();
     if (n >= p.min_num_params) return true;
@@ -207,9 +207,13 @@ void FSDPStrategy::setup_optimizer(LightningModule&, OptimizerConfig& config) {
   auto& opt = *config.optimizer;
   VOLT_CHECK(opt.state().empty(), ConfigError,
              "FSDP: the optimizer already has state; create it in configure_optimizers() without stepping it");
+  // Every FSDP-managed parameter maps to its slices on this rank: possibly none (then it leaves
+  // this rank's optimizer: another rank steps it).
   std::map<c10::TensorImpl*, std::vector<torch::Tensor>> slices;
-  for (auto& u : units_)
+  for (auto& u : units_) {
+    for (auto& e : u.flat->entries()) slices[e.param.unsafeGetTensorImpl()];
     for (auto& s : u.flat->slices()) slices[u.flat->entries()[s.entry].param.unsafeGetTensorImpl()].push_back(s.view);
+  }
   // Each parameter is replaced by this rank's slice of it; param groups (and their options) stay.
   for (auto& g : opt.param_groups()) {
     std::vector<torch::Tensor> params;
@@ -345,6 +349,7 @@ NamedTensors FSDPStrategy::optimizer_params(LightningModule&) {
 }
 
 std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict(LightningModule& module) {
+  if (units_.empty()) return Strategy::model_state_dict(module);  // not sharded (after teardown)
   std::map<std::string, torch::Tensor> out;
   for (auto& u : units_) {
     torch::Tensor full = u.flat->gather_full_fp32(shard_pg());
@@ -356,6 +361,7 @@ std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict(LightningMod
 
 void FSDPStrategy::load_model_state_dict(LightningModule& module, const std::map<std::string, torch::Tensor>& state,
                                          const std::string& source) {
+  if (units_.empty()) return Strategy::load_model_state_dict(module, state, source);
   torch::NoGradGuard ng;
   size_t expected = 0;
   for (auto& u : units_) {

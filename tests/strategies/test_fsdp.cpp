@@ -60,7 +60,8 @@ TEST_CASE("FSDP: every sharding strategy matches single-process training and sha
       WorkerResult r = read_worker_output(dir + "/o.pt");
       REQUIRE(r.losses.size() == single.losses.size());
       for (size_t i = 0; i < r.losses.size(); ++i) CHECK(r.losses[i] == Approx(single.losses[i]).epsilon(1e-5));
-      CHECK(max_state_diff(r.state, single.state) < 2e-5);
+      // Adam divides by sqrt(v): fp32 reduction-order differences grow a little more there.
+      CHECK(max_state_diff(r.state, single.state) < (c.adam ? 1e-4 : 2e-5));
 
       // Sharding is real: 4 units (root = head, 3 Blocks); each rank holds padded/S elements.
       const int64_t S = c.sharding == "NO_SHARD" ? 1 : (c.sharding.find("HYBRID") != std::string::npos ? 2 : c.world);
