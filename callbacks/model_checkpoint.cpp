@@ -46,15 +46,19 @@ std::string ModelCheckpoint::format_name(const Trainer& t) const {
   for (auto it = begin; it != std::sregex_iterator(); ++it) {
     out += options_.filename.substr(last, it->position() - last);
     const std::string key = (*it)[1];
-    std::string value;
-    if (key == "epoch") value = std::to_string(t.current_epoch());
-    else if (key == "step") value = std::to_string(t.global_step());
-    else {
+    const std::string spec = (*it)[2].matched ? std::string((*it)[2]).substr(1) : std::string();
+    char buf[64];
+    if (key == "epoch" || key == "step") {
+      const long long v = key == "epoch" ? t.current_epoch() : t.global_step();
+      // "{epoch:02d}" -> "%02lld"
+      const std::string f = spec.empty() ? "%lld" : "%" + spec.substr(0, spec.size() - 1) + "lld";
+      std::snprintf(buf, sizeof buf, f.c_str(), v);
+    } else {
       auto m = t.callback_metrics().find(key);
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.4f", m == t.callback_metrics().end() ? NAN : m->second);
-      value = buf;
+      const std::string f = spec.empty() ? "%.4f" : "%" + spec;
+      std::snprintf(buf, sizeof buf, f.c_str(), m == t.callback_metrics().end() ? NAN : m->second);
     }
+    const std::string value = buf;
     out += key + "=" + value;
     last = it->position() + it->length();
   }

@@ -31,10 +31,7 @@ void ProgressBar::on_train_epoch_start(Trainer& t, LightningModule&) {
 
 void ProgressBar::on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor& loss, const Batch&, int64_t idx) {
   if (!t.is_global_zero()) return;
-  if (start_batch_ < 0) {
-    start_batch_ = idx;
-    start_ = std::chrono::steady_clock::now();
-  }
+  if (start_batch_ < 0) start_batch_ = idx;
   last_loss_ = loss.item<double>();
   const int64_t done = idx + 1;
   if (tty_) {
@@ -51,7 +48,7 @@ void ProgressBar::on_train_batch_end(Trainer& t, LightningModule&, const torch::
 void ProgressBar::draw(Trainer& t, int64_t done, bool newline) {
   const int64_t total = t.num_training_batches();
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const int64_t ran = done - start_batch_;
+  const int64_t ran = done - start_batch_;  // batches since the epoch (or resume) started
   const double rate = elapsed > 0 ? static_cast<double>(ran) / elapsed : 0.0;
   const double eta = rate > 0 ? static_cast<double>(total - done) / rate : -1;
   const int width = 24;

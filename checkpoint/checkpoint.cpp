@@ -35,7 +35,8 @@ void atomic_write(const std::string& path, const char* data, size_t size) {
   if (target.has_parent_path()) {
     std::error_code ec;
     fs::create_directories(target.parent_path(), ec);
-    VOLT_CHECK(!ec, CheckpointError, "cannot create directory '", target.parent_path().string(), "': ", ec.message());
+    VOLT_CHECK(!ec, CheckpointError, "cannot write checkpoint '", path, "': cannot create directory '",
+               target.parent_path().string(), "': ", ec.message());
   }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -110,6 +110,7 @@ void YamlReader::finish() const {
 
 void apply_override(YAML::Node& root, const std::string& dotted_key, const std::string& value) {
   VOLT_CHECK(!dotted_key.empty(), ConfigError, "empty override key");
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   std::vector<std::string> parts;
   std::stringstream ss(dotted_key);
   for (std::string p; std::getline(ss, p, '.');) {

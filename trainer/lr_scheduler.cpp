@@ -35,16 +35,19 @@ std::vector<double> LRScheduler::current_lrs() const {
 StepLR::StepLR(torch::optim::Optimizer& opt, int64_t step_size, double gamma)
     : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
   VOLT_CHECK(step_size > 0, ConfigError, "StepLR: step_size must be > 0, got ", step_size);
+  set_last_epoch(0);
 }
 double StepLR::factor(int64_t epoch) const { return std::pow(gamma_, static_cast<double>(epoch / step_size_)); }
 
 LambdaLR::LambdaLR(torch::optim::Optimizer& opt, std::function<double(int64_t)> fn) : LRScheduler(opt), fn_(std::move(fn)) {
   VOLT_CHECK(static_cast<bool>(fn_), ConfigError, "LambdaLR: empty function");
+  set_last_epoch(0);  // PyTorch applies fn(0) at construction (warm-up starts low)
 }
 
 CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& opt, int64_t t_max, double eta_min_factor)
     : LRScheduler(opt), t_max_(t_max), eta_min_factor_(eta_min_factor) {
   VOLT_CHECK(t_max > 0, ConfigError, "CosineAnnealingLR: t_max must be > 0, got ", t_max);
+  set_last_epoch(0);
 }
 double CosineAnnealingLR::factor(int64_t epoch) const {
   const double t = static_cast<double>(std::min(epoch, t_max_)) / static_cast<double>(t_max_);

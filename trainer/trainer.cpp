@@ -298,13 +298,10 @@ void Trainer::train_epoch(DataLoader& train_loader, DataLoader* val_loader, int6
   const int64_t n = num_training_batches_;
   const int64_t accum = options_.accumulate_grad_batches;
   int64_t val_every = 0;
-  if (val_loader) {
-    if (options_.val_check_interval.is_fraction) {
-      if ((current_epoch_ + 1) % options_.check_val_every_n_epoch == 0)
-        val_every = std::max<int64_t>(1, static_cast<int64_t>(options_.val_check_interval.value * n));
-    } else {
-      val_every = static_cast<int64_t>(options_.val_check_interval.value);
-    }
+  if (val_loader && (current_epoch_ + 1) % options_.check_val_every_n_epoch == 0) {
+    val_every = options_.val_check_interval.is_fraction
+                    ? std::max<int64_t>(1, static_cast<int64_t>(options_.val_check_interval.value * n))
+                    : static_cast<int64_t>(options_.val_check_interval.value);
   }
   const int64_t val_batches = val_loader ? options_.limit_val_batches.apply(val_loader->num_batches()) : 0;
   module_->train();
@@ -324,6 +321,11 @@ void Trainer::train_epoch(DataLoader& train_loader, DataLoader* val_loader, int6
     module_->on_after_backward();
     call_callbacks([&](Callback& c) { c.on_after_backward(*this, *module_); });
     if (last_micro) optimizer_step_and_schedule();
+    // Epoch-interval schedulers step right after the epoch's last optimizer step, as Lightning 2.x
+    // does, so checkpoints written by epoch-end hooks already hold the stepped scheduler.
+    if (i + 1 == n && opt_config_.lr_scheduler && opt_config_.interval == "epoch" &&
+        (current_epoch_ + 1) % opt_config_.frequency == 0)
+      opt_config_.lr_scheduler->step();
     batch_in_epoch_ = i + 1;
     if (last_micro && global_step_ % options_.log_every_n_steps == 0) flush_step_metrics();
     const torch::Tensor loss_d = loss.detach();
@@ -336,8 +338,6 @@ void Trainer::train_epoch(DataLoader& train_loader, DataLoader* val_loader, int6
     finish_epoch_metrics("");
     module_->on_train_epoch_end();
     call_callbacks([&](Callback& c) { c.on_train_epoch_end(*this, *module_); });
-    if (opt_config_.lr_scheduler && opt_config_.interval == "epoch" && (current_epoch_ + 1) % opt_config_.frequency == 0)
-      opt_config_.lr_scheduler->step();
   }
 }
 
