@@ -1,5 +1,7 @@
 #pragma once
-/// Umbrella header: everything a user of volt needs.
+/// Umbrella header: everything a user of volt needs (LibTorch included).
+#include <torch/torch.h>
+
 #include "volt/callbacks/early_stopping.h"
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"

@@ -70,7 +70,7 @@ void ProgressBar::on_train_epoch_end(Trainer& t, LightningModule&) {
 }
 
 void ProgressBar::on_validation_end(Trainer& t, LightningModule&) {
-  if (!t.is_global_zero()) return;
+  if (!t.is_global_zero() || t.sanity_checking()) return;
   std::ostringstream os;
   for (const auto& [k, v] : t.callback_metrics())
     if (k.rfind("val", 0) == 0) os << ' ' << k << '=' << std::setprecision(5) << v;

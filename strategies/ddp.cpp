@@ -1,28 +1,14 @@
 #include "volt/strategies/ddp.h"
 
 #include <spdlog/spdlog.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
 #include "volt/core/errors.h"
+#include "volt/core/grad_hooks.h"
 #include "volt/trainer/lightning_module.h"
 
 namespace volt {
 
-namespace {
-class GradReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit GradReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
-}  // namespace
 
 DDPStrategy::DDPStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes,
                          DDPOptions options)
@@ -57,12 +43,10 @@ void DDPStrategy::setup_module(LightningModule& module) {
   if (hooks_installed_) return;
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     for (auto& p : buckets_[bi].params) {
-      auto acc = torch::autograd::impl::grad_accumulator(p);
       std::weak_ptr<bool> alive = alive_;
-      acc->add_post_hook(std::make_unique<GradReadyHook>([this, bi, alive] {
+      accumulators_.push_back(detail::add_grad_ready_hook(p, [this, bi, alive] {
         if (!alive.expired()) on_grad_ready(bi);
       }));
-      accumulators_.push_back(acc);
     }
   }
   hooks_installed_ = true;

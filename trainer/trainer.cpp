@@ -246,7 +246,7 @@ void Trainer::run_eval(DataLoader& loader, Stage stage, int64_t max_batches) {
   module_->eval();
   torch::NoGradGuard ng;
   const bool is_val = stage != Stage::Test;
-  if (stage != Stage::Sanity) {
+  {  // hooks run during the sanity check too (trainer.sanity_checking() tells), as in Lightning
     if (is_val) {
       module_->on_validation_epoch_start();
       call_callbacks([&](Callback& c) { c.on_validation_start(*this, *module_); });
@@ -263,10 +263,13 @@ void Trainer::run_eval(DataLoader& loader, Stage stage, int64_t max_batches) {
     } catch (const detail::HookNotImplemented& e) {
       throw ConfigError(std::string("a ") + (is_val ? "validation" : "test") + " dataloader was given but the module does not implement " + e.hook);
     }
-    if (is_val && stage != Stage::Sanity) call_callbacks([&](Callback& c) { c.on_validation_batch_end(*this, *module_, b, i); });
+    if (is_val) call_callbacks([&](Callback& c) { c.on_validation_batch_end(*this, *module_, b, i); });
   }
-  if (stage != Stage::Sanity) {
-    finish_epoch_metrics("");
+  {
+    if (stage == Stage::Sanity)
+      epoch_accum_.clear();  // sanity-check metrics are never logged
+    else
+      finish_epoch_metrics("");
     if (is_val) {
       module_->on_validation_epoch_end();
       call_callbacks([&](Callback& c) { c.on_validation_epoch_end(*this, *module_); });

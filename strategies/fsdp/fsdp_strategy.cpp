@@ -1,7 +1,6 @@
 #include "volt/strategies/fsdp/fsdp_strategy.h"
 
 #include <spdlog/spdlog.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
 #include <iomanip>
@@ -9,25 +8,13 @@
 #include <sstream>
 
 #include "volt/core/errors.h"
+#include "volt/core/grad_hooks.h"
 #include "volt/core/hooked_module.h"
 #include "volt/trainer/lightning_module.h"
 
 namespace volt {
 
 namespace {
-
-class GradHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit GradHook(std::function<void()> fn) : fn_(std::move(fn)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
 
 /// Runs around one unit's forward: gather, run, hook the output for backward, free.
 class FSDPUnitInterceptor : public ForwardInterceptor {
@@ -194,12 +181,10 @@ void FSDPStrategy::install_grad_hooks(size_t ui) {
   for (auto& e : u.flat->entries()) {
     if (!e.param.requires_grad()) continue;
     ++u.grads_expected;
-    auto acc = torch::autograd::impl::grad_accumulator(e.param);
-    acc->add_post_hook(std::make_unique<GradHook>([this, ui, alive] {
+    accumulators_.push_back(detail::add_grad_ready_hook(e.param, [this, ui, alive] {
       if (alive.expired() || !sync_ || ui >= units_.size()) return;
       if (--units_[ui].grads_pending == 0) on_unit_grads_ready(ui);
     }));
-    accumulators_.push_back(acc);
   }
 }
 

@@ -56,6 +56,13 @@ WorkerResult train_single(const std::map<std::string, std::string>& overrides);
 int run_worker(const std::vector<std::string>& args, const std::string& dir, int timeout_s = 240,
                const std::map<std::string, std::string>& env = {});
 
+/// Worker arguments: --out=FILE plus --key=value for each override.
+inline std::vector<std::string> args_for(const std::string& out, const std::map<std::string, std::string>& kv) {
+  std::vector<std::string> a{"--out=" + out};
+  for (const auto& [k, v] : kv) a.push_back("--" + k + "=" + v);
+  return a;
+}
+
 /// Largest absolute difference over all tensors of two state dicts (same keys required).
 double max_state_diff(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b);
 

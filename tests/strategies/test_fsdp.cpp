@@ -9,11 +9,6 @@ using namespace volt;
 using namespace volt::testing;
 
 namespace {
-std::vector<std::string> args_for(const std::string& out, const std::map<std::string, std::string>& kv) {
-  std::vector<std::string> a{"--out=" + out};
-  for (const auto& [k, v] : kv) a.push_back("--" + k + "=" + v);
-  return a;
-}
 std::map<std::string, std::string> base(const std::string& root) {
   return {{"trainer.default_root_dir", root},        {"trainer.enable_progress_bar", "false"},
           {"trainer.enable_model_summary", "false"}, {"trainer.enable_checkpointing", "false"},
