@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <torch/torch.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 
@@ -12,6 +15,39 @@
 namespace volt {
 
 namespace fs = std::filesystem;
+
+namespace {
+// Every rank must take the same saving decisions, or some would enter the collective save (a
+// barrier; FSDP gathers) and the others not. As Lightning broadcasts rank 0's checkpoint path,
+// rank 0's view of the monitored metric decides for all: a metric logged without sync_dist may
+// differ between ranks.
+
+/// Rank 0's `x` on every rank.
+double from_rank0(Trainer& t, double x) {
+  if (t.world_size() == 1) return x;
+  return t.strategy().broadcast(torch::tensor({x}, torch::kDouble), 0).item<double>();
+}
+
+/// Rank 0's `s` on every rank.
+std::string from_rank0(Trainer& t, const std::string& s) {
+  if (t.world_size() == 1) return s;
+  const auto n = static_cast<int64_t>(from_rank0(t, static_cast<double>(s.size())));
+  if (n == 0) return {};
+  torch::Tensor bytes = torch::zeros({n}, torch::kUInt8);
+  if (t.is_global_zero()) std::memcpy(bytes.data_ptr<uint8_t>(), s.data(), static_cast<size_t>(n));
+  bytes = t.strategy().broadcast(bytes, 0);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
+}
+
+/// Whether rank 0 has `monitor` in its callback metrics, and its value there.
+std::pair<bool, double> monitored_on_rank0(Trainer& t, const std::string& monitor) {
+  auto m = t.callback_metrics().find(monitor);
+  const bool has = m != t.callback_metrics().end();
+  if (t.world_size() == 1) return {has, has ? m->second : NAN};
+  auto v = t.strategy().broadcast(torch::tensor({has ? 1.0 : 0.0, has ? m->second : 0.0}, torch::kDouble), 0);
+  return {v[0].item<double>() > 0.5, v[1].item<double>()};
+}
+}  // namespace
 
 void ModelCheckpointOptions::validate() const {
   VOLT_CHECK(mode == "min" || mode == "max", ConfigError, "ModelCheckpoint.mode: expected 'min' or 'max', got '", mode, "'");
@@ -75,8 +111,8 @@ void ModelCheckpoint::save(Trainer& t) {
 
 void ModelCheckpoint::save_topk(Trainer& t) {
   if (options_.save_top_k == 0) return;
-  const std::string path = (fs::path(dir(t)) / format_name(t)).string();
   if (options_.monitor.empty()) {
+    const std::string path = from_rank0(t, (fs::path(dir(t)) / format_name(t)).string());
     // No monitor: keep the latest only (save_top_k 1) or all (-1).
     t.save_checkpoint(path, options_.save_weights_only);
     if (options_.save_top_k == 1 && !best_model_path_.empty() && best_model_path_ != path && t.is_global_zero())
@@ -84,9 +120,8 @@ void ModelCheckpoint::save_topk(Trainer& t) {
     best_model_path_ = path;
     return;
   }
-  auto m = t.callback_metrics().find(options_.monitor);
-  if (m == t.callback_metrics().end()) return;  // not logged yet (e.g. before the first validation)
-  const double score = m->second;
+  const auto [has, score] = monitored_on_rank0(t, options_.monitor);
+  if (!has) return;  // not logged yet (e.g. before the first validation)
   const bool better_is_lower = options_.mode == "min";
   auto worse = [&](double a, double b) { return better_is_lower ? a > b : a < b; };
   if (options_.save_top_k > 0 && static_cast<int64_t>(best_k_.size()) >= options_.save_top_k) {
@@ -96,6 +131,7 @@ void ModelCheckpoint::save_topk(Trainer& t) {
     if (t.is_global_zero()) fs::remove(worst->first);
     best_k_.erase(worst);
   }
+  const std::string path = from_rank0(t, (fs::path(dir(t)) / format_name(t)).string());
   t.save_checkpoint(path, options_.save_weights_only);
   best_k_[path] = score;
   auto best = std::min_element(best_k_.begin(), best_k_.end(),
@@ -126,7 +162,7 @@ void ModelCheckpoint::on_train_batch_end(Trainer& t, LightningModule&, const tor
 
 void ModelCheckpoint::on_train_epoch_end(Trainer& t, LightningModule&) {
   if (options_.every_n_train_steps > 0 || options_.train_time_interval > 0) return;
-  if (!options_.monitor.empty() && !t.callback_metrics().count(options_.monitor)) return;  // wait for validation
+  if (!options_.monitor.empty() && !monitored_on_rank0(t, options_.monitor).first) return;  // wait for validation
   if (options_.every_n_epochs > 0 && (t.current_epoch() + 1) % options_.every_n_epochs == 0) save(t);
 }
 

@@ -85,7 +85,7 @@ void optimizer_state_from_tensors(torch::optim::Optimizer& optimizer, const Name
                          state.count(name + ".momentum_buffer") || state.count(name + ".square_avg") ||
                          state.count(name + ".sum");
     if (!has_any) continue;
-    const std::string key = compat::optimizer_state_key(p);
+    const auto key = compat::optimizer_state_key(p);
     if (is<AdamOptions>(optimizer)) {
       auto s = std::make_unique<AdamParamState>();
       s->step(step()).exp_avg(get("exp_avg")).exp_avg_sq(get("exp_avg_sq")).max_exp_avg_sq(get("max_exp_avg_sq"));

@@ -59,13 +59,58 @@ inline void set_cuda_autocast(bool enabled, at::ScalarType dtype) {
 }
 inline void clear_autocast_cache() { at::autocast::clear_cache(); }
 
+/// Fused attention (flash / memory-efficient kernels) where this LibTorch has it (2.0+).
+#if VOLT_TORCH_AT_LEAST(2, 0)
+#define VOLT_HAVE_SDPA 1
+inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                               const at::Tensor& additive_mask, double dropout_p) {
+  // The mask must be bool or of the query's dtype (bf16 under autocast); none at all when undefined.
+  c10::optional<at::Tensor> m;
+  if (additive_mask.defined()) m = additive_mask.to(q.scalar_type());
+  return at::scaled_dot_product_attention(q, k, v, m, dropout_p, /*is_causal=*/false);
+}
+#else
+#define VOLT_HAVE_SDPA 0
+#endif
+
+/// Autocast settings of this thread, captured at one point and re-applied at another (activation
+/// checkpointing recomputes a forward inside backward, where autocast is off).
+struct AutocastState {
+  bool cpu = false, cuda = false;
+  at::ScalarType cpu_dtype = at::kBFloat16, cuda_dtype = at::kHalf;
+  static AutocastState capture() {
+    AutocastState s;
+#if VOLT_TORCH_AT_LEAST(2, 4)
+    s.cpu = at::autocast::is_autocast_enabled(at::kCPU);
+    s.cuda = at::autocast::is_autocast_enabled(at::kCUDA);
+    s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+    s.cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+#else
+    s.cpu = at::autocast::is_cpu_enabled();
+    s.cuda = at::autocast::is_enabled();
+    s.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
+    s.cuda_dtype = at::autocast::get_autocast_gpu_dtype();
+#endif
+    return s;
+  }
+  void apply() const {
+    set_cpu_autocast(cpu, cpu_dtype);
+    set_cuda_autocast(cuda, cuda_dtype);
+  }
+};
+
 }  // namespace volt::compat
 
 namespace volt::compat {
-/// The key torch::optim optimizers use for a parameter's state.
+/// The key torch::optim optimizers use for a parameter's state: a string of the TensorImpl's
+/// address in 1.x, the address itself in 2.x.
+#if VOLT_TORCH_AT_LEAST(2, 0)
+inline void* optimizer_state_key(const at::Tensor& p) { return p.unsafeGetTensorImpl(); }
+#else
 inline std::string optimizer_state_key(const at::Tensor& p) {
   return c10::guts::to_string(p.unsafeGetTensorImpl());
 }
+#endif
 }  // namespace volt::compat
 
 #if VOLT_TORCH_AT_LEAST(2, 0)
@@ -82,3 +127,32 @@ using C10dBackend = c10d::Backend;
 using C10dBackend = c10d::ProcessGroup;
 #endif
 }  // namespace volt::compat
+
+#ifdef VOLT_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+namespace volt::compat {
+/// Peak bytes the CUDA caching allocator handed out on `device` since the last reset (0 without CUDA).
+inline int64_t cuda_peak_allocated(int device = 0) {
+#ifdef VOLT_WITH_CUDA
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  return stats.allocated_bytes[0].peak;  // [0]: StatType::AGGREGATE
+#else
+  return 0;
+#endif
+}
+inline int64_t cuda_peak_reserved(int device = 0) {
+#ifdef VOLT_WITH_CUDA
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  return stats.reserved_bytes[0].peak;
+#else
+  return 0;
+#endif
+}
+inline void cuda_reset_peak(int device = 0) {
+#ifdef VOLT_WITH_CUDA
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+#endif
+}
+}  // namespace volt::compat
+

@@ -1,6 +1,8 @@
 #include "volt/core/download.h"
 
+#ifdef VOLT_HAVE_CURL
 #include <curl/curl.h>
+#endif
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +13,10 @@
 namespace volt {
 
 void download_file(const std::string& url, const std::string& destination) {
+#ifndef VOLT_HAVE_CURL
+  throw DataError(detail::str_cat("cannot download ", url, " to '", destination,
+                                  "': this volt was built without libcurl; fetch the file by hand"));
+#else
   namespace fs = std::filesystem;
   const fs::path dest(destination);
   if (dest.has_parent_path()) fs::create_directories(dest.parent_path());
@@ -34,6 +40,7 @@ void download_file(const std::string& url, const std::string& destination) {
   std::error_code ec;
   fs::rename(tmp, dest, ec);
   VOLT_CHECK(!ec, DataError, "cannot move the download to '", destination, "': ", ec.message());
+#endif
 }
 
 }  // namespace volt

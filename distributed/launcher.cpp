@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 
 #include "volt/core/errors.h"
@@ -140,8 +141,11 @@ void Launcher::wait_children() {
 }
 
 Launcher::~Launcher() {
-  // Give children a moment to finish on their own (normal exit), then stop any straggler.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(failed_rank_.load() >= 0 ? 0 : 30);
+  // Give children a moment to finish on their own (normal exit), then stop any straggler. No grace
+  // when a rank failed or when this process is unwinding from an error (a collective that timed
+  // out, say): the others cannot finish without it and would only sit in their next collective.
+  const bool graceful = failed_rank_.load() < 0 && std::uncaught_exceptions() == 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(graceful ? 30 : 0);
   while (std::chrono::steady_clock::now() < deadline) {
     bool all = true;
     {

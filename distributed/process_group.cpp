@@ -2,12 +2,23 @@
 
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+// The PyTorch wheel's LibTorch ships no gloo headers: Gloo is then unavailable (NCCL remains)
+// unless the build is given some (VOLT_GLOO_INCLUDE_DIR, see scripts/gpu.sh).
+#if __has_include(<gloo/algorithm.h>)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#define VOLT_HAVE_GLOO 1
+#else
+#define VOLT_HAVE_GLOO 0
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
+
+#ifdef VOLT_WITH_CUDA
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 namespace volt {
 
@@ -38,11 +49,35 @@ torch::Tensor as_wire(const torch::Tensor& t) { return t.scalar_type() == at::kB
 
 c10::intrusive_ptr<compat::C10dBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                   std::chrono::milliseconds timeout, const std::string& host) {
+#if !VOLT_HAVE_GLOO
+  throw DistributedError("the gloo backend is not available in this build (LibTorch without gloo headers); use nccl");
+#else
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
   opts->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+#endif
 }
+
+c10::intrusive_ptr<compat::C10dBackend> make_backend(const std::string& backend,
+                                                     const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int size, std::chrono::milliseconds timeout,
+                                                     const std::string& host) {
+#ifdef VOLT_WITH_CUDA
+  if (backend == "nccl") {
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+  }
+#endif
+  return make_gloo(store, rank, size, timeout, host);
+}
+
+#ifdef VOLT_WITH_CUDA
+constexpr bool kHaveNccl = true;
+#else
+constexpr bool kHaveNccl = false;
+#endif
 
 }  // namespace
 
@@ -70,8 +105,10 @@ void CollectiveWork::wait() {
 ProcessGroup::ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, const std::string& device_type)
     : impl_(std::make_unique<Impl>()), rank_(env.rank), size_(env.world_size), timeout_(options.timeout) {
   backend_name_ = options.backend.empty() ? (device_type == "cuda" ? "nccl" : "gloo") : options.backend;
-  VOLT_CHECK(backend_name_ == "gloo", DistributedError, "process group backend '", backend_name_,
-             "' is not available in this build (CPU LibTorch); use gloo");
+  VOLT_CHECK(backend_name_ == "gloo" || (kHaveNccl && backend_name_ == "nccl"), DistributedError,
+             "process group backend '", backend_name_, "' is not available in this build",
+             kHaveNccl ? "" : " (CPU LibTorch)", "; use gloo");
+  nccl_ = backend_name_ == "nccl";
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(env.port);
   so.isServer = env.rank == 0;
@@ -81,8 +118,8 @@ ProcessGroup::ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, c
   try {
     impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     const std::string host = (env.master_addr == "127.0.0.1" || env.master_addr == "localhost") ? "127.0.0.1" : "";
-    impl_->pg = make_gloo(impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_,
-                          host.empty() ? std::string("0.0.0.0") : host);
+    impl_->pg = make_backend(backend_name_, impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_,
+                             host.empty() ? std::string("0.0.0.0") : host);
   } catch (const std::exception& e) {
     throw DistributedError(detail::str_cat("rendezvous failed on rank ", rank_, " of ", size_, " at ",
                                            env.master_addr, ":", env.port, ": ", e.what()));
@@ -90,8 +127,8 @@ ProcessGroup::ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, c
 }
 
 ProcessGroup::ProcessGroup(ProcessGroup& parent, const std::vector<int64_t>& ranks, const std::string& tag)
-    : impl_(std::make_unique<Impl>()), ranks_(ranks), backend_name_(parent.backend_name_), tag_(tag),
-      timeout_(parent.timeout_) {
+    : impl_(std::make_unique<Impl>()), ranks_(ranks), backend_name_(parent.backend_name_), nccl_(parent.nccl_),
+      tag_(tag), timeout_(parent.timeout_) {
   const int64_t me = parent.global_rank(parent.rank());
   auto it = std::find(ranks.begin(), ranks.end(), me);
   VOLT_CHECK(it != ranks.end(), DistributedError, "rank ", me, " is not in sub-group '", tag, "'");
@@ -99,7 +136,8 @@ ProcessGroup::ProcessGroup(ProcessGroup& parent, const std::vector<int64_t>& ran
   size_ = static_cast<int64_t>(ranks.size());
   impl_->store = c10::make_intrusive<c10d::PrefixStore>("volt/" + tag, parent.impl_->store);
   try {
-    impl_->pg = make_gloo(impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_, "127.0.0.1");
+    impl_->pg = make_backend(backend_name_, impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_,
+                             "127.0.0.1");
   } catch (const std::exception& e) {
     throw DistributedError(detail::str_cat("creating sub-group '", tag, "' failed on rank ", me, ": ", e.what()));
   }
@@ -119,11 +157,16 @@ void ProcessGroup::fail(const std::string& collective, const std::exception& e) 
 
 CollectiveWork ProcessGroup::all_reduce_async(torch::Tensor& t, ReduceOp op) {
   if (size_ == 1) return {};
-  torch::Tensor wire = is_half(t) ? t.to(at::kFloat) : t;
+  // Gloo reduces half types in fp32; NCCL takes them (and AVG) natively but only CUDA tensors.
+  torch::Tensor wire = (!nccl_ && is_half(t)) ? t.to(at::kFloat) : on_wire_device(t);
   if (!wire.is_contiguous()) wire = wire.contiguous();
   std::vector<torch::Tensor> v{wire};
   c10d::AllreduceOptions o;
   o.reduceOp = to_c10d(op);
+  if (nccl_ && op == ReduceOp::Mean) {
+    o.reduceOp = c10d::ReduceOp::AVG;
+    op = ReduceOp::Sum;  // nothing left to divide
+  }
   bytes_sent_ += 2 * wire.numel() * wire.element_size() * (size_ - 1) / size_;
   try {
     auto work = impl_->pg->allreduce(v, o);
@@ -151,6 +194,23 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
     flat.view(-1).copy_(shard.view(-1));
     return {};
   }
+  if (nccl_) {
+    torch::Tensor out = on_wire_device(flat).view(-1);
+    torch::Tensor in = on_wire_device(shard).contiguous().view(-1);
+    bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
+    try {
+      auto work = impl_->pg->_allgather_base(out, in);
+      if (out.is_same(flat) || out.data_ptr() == flat.data_ptr())
+        return CollectiveWork(work, describe("all_gather"), nullptr);
+      torch::Tensor target = flat;
+      return CollectiveWork(work, describe("all_gather"), [target, out]() mutable {
+        at::AutoDispatchBelowADInplaceOrView guard;
+        target.view(-1).copy_(out);
+      });
+    } catch (const std::exception& e) {
+      fail("all_gather", e);
+    }
+  }
   // Gloo has no flat all-gather: a list all-gather into views of the flat output.
   torch::Tensor out = as_wire(flat.view(-1));
   std::vector<std::vector<torch::Tensor>> outputs(1);
@@ -174,6 +234,20 @@ void ProcessGroup::reduce_scatter(torch::Tensor& shard, const torch::Tensor& ful
     shard.view(-1).copy_(full.view(-1));
     return;
   }
+  if (nccl_) {
+    torch::Tensor in = on_wire_device(full).contiguous().view(-1);
+    torch::Tensor out = torch::empty({shard.numel()}, in.options());
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = op == ReduceOp::Mean ? c10d::ReduceOp(c10d::ReduceOp::AVG) : to_c10d(op);
+    bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
+    try {
+      impl_->pg->_reduce_scatter_base(out, in, o)->wait();
+    } catch (const std::exception& e) {
+      fail("reduce_scatter", e);
+    }
+    shard.view(-1).copy_(out);
+    return;
+  }
   // all-to-all: chunk j of every rank lands on rank j; then sum locally in fp32.
   torch::Tensor in = as_wire(full.contiguous().view(-1));
   torch::Tensor out = torch::empty_like(in);
@@ -194,7 +268,7 @@ void ProcessGroup::reduce_scatter(torch::Tensor& shard, const torch::Tensor& ful
 
 void ProcessGroup::broadcast(torch::Tensor& t, int64_t src) {
   if (size_ == 1) return;
-  torch::Tensor wire = as_wire(t.is_contiguous() ? t : t.contiguous());
+  torch::Tensor wire = nccl_ ? on_wire_device(t).contiguous() : as_wire(t.is_contiguous() ? t : t.contiguous());
   std::vector<torch::Tensor> v{wire};
   c10d::BroadcastOptions o;
   o.rootRank = src;
@@ -204,7 +278,7 @@ void ProcessGroup::broadcast(torch::Tensor& t, int64_t src) {
   } catch (const std::exception& e) {
     fail("broadcast", e);
   }
-  if (!t.is_contiguous()) {
+  if (wire.data_ptr() != t.data_ptr()) {
     at::AutoDispatchBelowADInplaceOrView guard;
     t.copy_(wire.scalar_type() == t.scalar_type() ? wire : wire.view(t.scalar_type()));
   }
@@ -213,13 +287,19 @@ void ProcessGroup::broadcast(torch::Tensor& t, int64_t src) {
 void ProcessGroup::barrier(const std::string& name) {
   if (size_ == 1) return;
   // A tiny all-reduce: unlike Gloo's barrier it reports a dead peer like any collective.
-  torch::Tensor t = torch::zeros({1});
+  torch::Tensor t = on_wire_device(torch::zeros({1}));
   try {
     std::vector<torch::Tensor> v{t};
     impl_->pg->allreduce(v)->wait();
   } catch (const std::exception& e) {
     fail("barrier '" + name + "'", e);
   }
+}
+
+torch::Tensor ProcessGroup::on_wire_device(const torch::Tensor& t) const {
+  // NCCL moves only CUDA tensors: small CPU metadata (norms, flags, counts) is staged through the GPU.
+  if (nccl_ && !t.is_cuda()) return t.to(torch::kCUDA);
+  return t;
 }
 
 std::vector<torch::Tensor> ProcessGroup::all_gather_list(const torch::Tensor& t) {

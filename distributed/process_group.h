@@ -88,6 +88,8 @@ class ProcessGroup {
 
  private:
   [[noreturn]] void fail(const std::string& collective, const std::exception& e) const;
+  /// The tensor the backend can move: itself, or a CUDA copy of a CPU tensor on NCCL.
+  torch::Tensor on_wire_device(const torch::Tensor& t) const;
   std::string describe(const std::string& collective) const;
 
   struct Impl;
@@ -96,6 +98,7 @@ class ProcessGroup {
   int64_t size_ = 1;
   std::vector<int64_t> ranks_;  // empty for the world group
   std::string backend_name_;
+  bool nccl_ = false;
   std::string tag_ = "world";
   int64_t bytes_sent_ = 0;
   std::chrono::milliseconds timeout_;

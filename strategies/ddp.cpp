@@ -106,6 +106,7 @@ void DDPStrategy::teardown(LightningModule& module) {
   alive_ = std::make_shared<bool>(true);  // hooks installed so far become no-ops
   accumulators_.clear();
   hooks_installed_ = false;
+  Strategy::teardown(module);
 }
 
 }  // namespace volt

@@ -27,6 +27,8 @@ void ParallelStrategy::setup_environment() {
     if (expected > 1) {
       launcher_ = std::make_unique<Launcher>(expected);
       env_ = launcher_->env();
+    } else {
+      env_.port = detail::find_free_port();  // a world of one still rendezvouses with itself
     }
   } else {
     VOLT_CHECK(env_.world_size == expected, DistributedError, "the ", env_.source, " environment says WORLD_SIZE=",
@@ -35,8 +37,20 @@ void ParallelStrategy::setup_environment() {
     const int64_t threads = std::max<int64_t>(1, detail::available_cores() / std::max<int64_t>(1, env_.local_world_size));
     if (!std::getenv("OMP_NUM_THREADS")) torch::set_num_threads(static_cast<int>(threads));
   }
+  if (accelerator_ == "cuda") {
+    // One GPU per local rank where there are enough; ranks share GPUs otherwise (then only Gloo
+    // works: NCCL refuses two ranks on one device).
+    const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+    device_index_ = gpus > 0 ? env_.local_rank % gpus : 0;
+    VOLT_CHECK(!(backend_ == "nccl" && env_.local_world_size > gpus), DistributedError, "process_group_backend "
+               "'nccl' needs one GPU per rank, but ", env_.local_world_size, " ranks share ", gpus,
+               " GPU(s) on this node; use process_group_backend: gloo or fewer devices");
+  }
   ProcessGroupOptions o;
   o.backend = backend_;
+  if (o.backend.empty() && accelerator_ == "cuda" &&
+      env_.local_world_size > static_cast<int64_t>(torch::cuda::device_count()))
+    o.backend = "gloo";
   o.timeout = timeout_;
   pg_ = std::make_unique<ProcessGroup>(env_, o, accelerator_);
   spdlog::info("Initialized process group: rank {} of {} ({} backend, from {} environment)", env_.rank,

@@ -4,7 +4,10 @@
 
 #include <cmath>
 
+#include <spdlog/spdlog.h>
+
 #include "volt/core/errors.h"
+#include "volt/strategies/activation_checkpointing.h"
 #include "volt/trainer/lightning_module.h"
 
 namespace volt {
@@ -13,39 +16,58 @@ Strategy::Strategy(Precision precision, std::string accelerator)
     : precision_(std::move(precision)), accelerator_(std::move(accelerator)) {}
 
 torch::Device Strategy::root_device() const {
-  return accelerator_ == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  return accelerator_ == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index_))
+                                : torch::Device(torch::kCPU);
 }
 
 void Strategy::setup_module(LightningModule& module) {
   module.to(root_device());
   precision_.convert_module(module);
+  const size_t n = apply_activation_checkpointing(module, ac_policy_, ac_key_);
+  if (n > 0) spdlog::info("Activation checkpointing on {} module(s)", n);
+}
+
+void Strategy::teardown(LightningModule& module) { remove_activation_checkpointing(module); }
+
+void Strategy::set_activation_checkpointing(ModulePolicy policy, std::string config_key) {
+  ac_policy_ = std::move(policy);
+  ac_key_ = std::move(config_key);
+}
+
+Batch Strategy::batch_to_device(const Batch& batch) const {
+  const torch::Device dev = root_device();
+  if (dev.is_cpu()) return batch;
+  Batch out;
+  out.reserve(batch.size());
+  // Pinned host memory lets the copy run asynchronously with respect to the host.
+  for (const auto& t : batch) out.push_back(t.defined() ? t.to(dev, /*non_blocking=*/t.is_pinned()) : t);
+  return out;
 }
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
-  return module.training_step(batch, batch_idx);
+  return module.training_step(batch_to_device(batch), batch_idx);
 }
 
 void Strategy::validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
-  module.validation_step(batch, batch_idx);
+  module.validation_step(batch_to_device(batch), batch_idx);
 }
 
 void Strategy::test_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
-  module.test_step(batch, batch_idx);
+  module.test_step(batch_to_device(batch), batch_idx);
 }
 
 void Strategy::backward(LightningModule&, const torch::Tensor& loss, bool) { loss.backward(); }
 
 double Strategy::gradient_norm(torch::optim::Optimizer& optimizer) {
-  double sq = 0.0;
+  // Per-tensor norms in fp64 stay on the device; one host sync for the total.
+  std::vector<torch::Tensor> norms;
   for (auto& g : optimizer.param_groups())
     for (auto& p : g.params())
-      if (p.grad().defined()) {
-        double n = p.grad().detach().to(torch::kDouble).norm().item<double>();
-        sq += n * n;
-      }
+      if (p.grad().defined()) norms.push_back(torch::norm(p.grad().detach(), 2, torch::kDouble));
+  const double sq = norms.empty() ? 0.0 : torch::stack(norms).square().sum().item<double>();
   return std::sqrt(reduce_grad_norm_sq(sq));
 }
 

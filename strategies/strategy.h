@@ -47,6 +47,8 @@ class Strategy {
   virtual int64_t world_size() const { return 1; }
   bool is_global_zero() const { return global_rank() == 0; }
   torch::Device root_device() const;
+  /// The batch on root_device() (a copy unless already there; asynchronous from pinned memory).
+  Batch batch_to_device(const Batch& batch) const;
   const Precision& precision() const { return precision_; }
   const std::string& accelerator() const { return accelerator_; }
 
@@ -58,7 +60,12 @@ class Strategy {
   /// Restricts a loader to this rank's share (distributed strategies).
   virtual void setup_dataloader(DataLoader& loader) {}
   /// Undoes setup_module's changes to the module (interceptors, sharding) so it can be used alone.
-  virtual void teardown(LightningModule& module) {}
+  /// Overrides call this base last (it removes activation checkpointing).
+  virtual void teardown(LightningModule& module);
+  /// Activation checkpointing for the submodules `policy` picks, installed by setup_module
+  /// (make_strategy sets it from the config; `config_key` names the policy in errors).
+  void set_activation_checkpointing(ModulePolicy policy, std::string config_key);
+  const ModulePolicy& activation_checkpointing() const { return ac_policy_; }
   /// Called once after fit/validate/test returns on every rank: distributed strategies wait for the
   /// other ranks and the processes they launched (and throw if one of them failed).
   virtual void finalize() {}
@@ -109,6 +116,9 @@ class Strategy {
 
   Precision precision_;
   std::string accelerator_;
+  int64_t device_index_ = 0;
+  ModulePolicy ac_policy_;
+  std::string ac_key_ = "trainer.strategy.activation_checkpointing_policy";  // CUDA device of this rank (local rank modulo the visible GPUs)
 };
 
 /// One process, one device ("single_device"; what "auto" means with devices: 1).

@@ -6,7 +6,8 @@
 
 namespace volt {
 
-std::unique_ptr<Strategy> make_strategy(const TrainerOptions& options) {
+namespace {
+std::unique_ptr<Strategy> make(const TrainerOptions& options) {
   Precision precision(options.precision, options.accelerator);
   const int64_t world = options.devices * options.num_nodes;
   const std::string name = options.strategy.resolved(world);
@@ -22,6 +23,16 @@ std::unique_ptr<Strategy> make_strategy(const TrainerOptions& options) {
     return std::make_unique<FSDPStrategy>(std::move(precision), options.accelerator, options.devices,
                                           options.num_nodes, options.strategy.fsdp);
   throw ConfigError("config key 'trainer.strategy': strategy '" + name + "' is not available in this build");
+}
+}  // namespace
+
+std::unique_ptr<Strategy> make_strategy(const TrainerOptions& options) {
+  auto s = make(options);
+  const bool fsdp = s->name() == "fsdp";
+  s->set_activation_checkpointing(
+      fsdp ? options.strategy.fsdp.activation_checkpointing_policy : options.strategy.activation_checkpointing_policy,
+      "trainer.strategy.activation_checkpointing_policy");
+  return s;
 }
 
 }  // namespace volt

@@ -116,6 +116,10 @@ std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path) const {
       const std::string p = mc->last_model_path_on_disk(*this);
       if (!p.empty()) return p;
     }
+  // validate / test have no checkpoint callback: look where fit's default one writes, as
+  // Lightning finds "last" on disk.
+  const std::string p = ModelCheckpoint().last_model_path_on_disk(*this);
+  if (!p.empty()) return p;
   throw CheckpointError("ckpt_path='last': no last.ckpt found under '" + options_.default_root_dir +
                         "/checkpoints' (is enable_checkpointing on with save_last?)");
 }
@@ -190,7 +194,7 @@ void Trainer::log_metric(const std::string& name, const torch::Tensor& value, co
     if (o.prog_bar) progress_bar_metrics_[step_name == name ? name : name] = x;
   }
   if (on_epoch) {
-    auto& acc = epoch_accum_[epoch_name];
+    auto& acc = (train ? train_epoch_accum_ : eval_epoch_accum_)[epoch_name];
     acc.first += x;
     acc.second += 1;
     if (o.prog_bar && !on_step) progress_bar_metrics_[name] = x;
@@ -207,13 +211,12 @@ void Trainer::flush_step_metrics() {
   step_metrics_.clear();
 }
 
-std::map<std::string, double> Trainer::finish_epoch_metrics(const std::string&) {
+std::map<std::string, double> Trainer::publish_epoch_metrics(const EpochAccum& accum) {
   std::map<std::string, double> out;
-  for (auto& [k, acc] : epoch_accum_) {
+  for (const auto& [k, acc] : accum) {
     if (acc.second == 0) continue;
     out[k] = acc.first / static_cast<double>(acc.second);
   }
-  epoch_accum_.clear();
   for (auto& [k, v] : out) {
     callback_metrics_[k] = v;
     // "loss_epoch" is also reachable as "loss" for monitors, as in Lightning.
@@ -221,6 +224,12 @@ std::map<std::string, double> Trainer::finish_epoch_metrics(const std::string&) 
     if (k.size() > suffix.size() && k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0)
       callback_metrics_[k.substr(0, k.size() - suffix.size())] = v;
   }
+  return out;
+}
+
+std::map<std::string, double> Trainer::finish_epoch_metrics(EpochAccum& accum) {
+  auto out = publish_epoch_metrics(accum);
+  accum.clear();
   if (logger_ && !out.empty()) {
     auto row = out;
     row["epoch"] = static_cast<double>(current_epoch_);
@@ -267,9 +276,9 @@ void Trainer::run_eval(DataLoader& loader, Stage stage, int64_t max_batches) {
   }
   {
     if (stage == Stage::Sanity)
-      epoch_accum_.clear();  // sanity-check metrics are never logged
+      eval_epoch_accum_.clear();  // sanity-check metrics are never logged
     else
-      finish_epoch_metrics("");
+      finish_epoch_metrics(eval_epoch_accum_);
     if (is_val) {
       module_->on_validation_epoch_end();
       call_callbacks([&](Callback& c) { c.on_validation_epoch_end(*this, *module_); });
@@ -308,6 +317,7 @@ void Trainer::train_epoch(DataLoader& train_loader, DataLoader* val_loader, int6
   }
   const int64_t val_batches = val_loader ? options_.limit_val_batches.apply(val_loader->num_batches()) : 0;
   module_->train();
+  train_epoch_accum_.clear();
   module_->on_train_epoch_start();
   call_callbacks([&](Callback& c) { c.on_train_epoch_start(*this, *module_); });
   for (int64_t i = start_batch; i < n && !done(); ++i) {
@@ -336,18 +346,27 @@ void Trainer::train_epoch(DataLoader& train_loader, DataLoader* val_loader, int6
     call_callbacks([&](Callback& c) { c.on_train_batch_end(*this, *module_, loss_d, b, i); });
     if (val_every > 0 && (i + 1) % val_every == 0 && val_batches > 0) run_eval(*val_loader, Stage::Validate, val_batches);
   }
-  if (batch_in_epoch_ >= n) {
-    flush_step_metrics();
-    finish_epoch_metrics("");
-    module_->on_train_epoch_end();
-    call_callbacks([&](Callback& c) { c.on_train_epoch_end(*this, *module_); });
-  }
+  // Also when max_steps or should_stop ended the epoch early: Lightning's fit loop still runs
+  // on_train_epoch_end and logs the epoch-level training metrics of the batches that ran.
+  end_train_epoch();
+}
+
+void Trainer::end_train_epoch() {
+  flush_step_metrics();
+  // The epoch means are in callback_metrics while the hooks run (a monitor on "loss_epoch" sees
+  // this epoch's value); what the hooks log with on_epoch joins the same row, logged after them.
+  publish_epoch_metrics(train_epoch_accum_);
+  module_->on_train_epoch_end();
+  call_callbacks([&](Callback& c) { c.on_train_epoch_end(*this, *module_); });
+  finish_epoch_metrics(train_epoch_accum_);
 }
 
 void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader,
                   const std::string& ckpt_path) {
   try {
     setup(module, "fit");
+    train_epoch_accum_.clear();
+    eval_epoch_accum_.clear();
     strategy_->setup_dataloader(train_loader);
     if (val_loader) strategy_->setup_dataloader(*val_loader);
     val_loader_ = val_loader;
@@ -398,7 +417,7 @@ std::map<std::string, double> Trainer::validate(LightningModule& module, DataLoa
   setup(module, "validate");
   strategy_->setup_dataloader(loader);
   if (!ckpt_path.empty()) restore(ckpt_path);
-  epoch_accum_.clear();
+  eval_epoch_accum_.clear();
   run_eval(loader, Stage::Validate, options_.limit_val_batches.apply(loader.num_batches()));
   finish(module, "validate");
   return callback_metrics_;
@@ -408,7 +427,7 @@ std::map<std::string, double> Trainer::test(LightningModule& module, DataLoader&
   setup(module, "test");
   strategy_->setup_dataloader(loader);
   if (!ckpt_path.empty()) restore(ckpt_path);
-  epoch_accum_.clear();
+  eval_epoch_accum_.clear();
   run_eval(loader, Stage::Test, options_.limit_test_batches.apply(loader.num_batches()));
   finish(module, "test");
   return callback_metrics_;

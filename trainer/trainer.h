@@ -78,7 +78,15 @@ class Trainer {
   void restore(const std::string& ckpt_path);
   std::string resolve_ckpt_path(const std::string& ckpt_path) const;
   void flush_step_metrics();
-  std::map<std::string, double> finish_epoch_metrics(const std::string& prefix_filter);
+  /// Running (sum, count) of each on_epoch metric of one loop.
+  using EpochAccum = std::map<std::string, std::pair<double, int64_t>>;
+  /// The means of `accum` into callback_metrics (also "x" for "x_epoch"); returns them.
+  std::map<std::string, double> publish_epoch_metrics(const EpochAccum& accum);
+  /// Publishes the means, logs them as one row at the current step and clears `accum`.
+  std::map<std::string, double> finish_epoch_metrics(EpochAccum& accum);
+  /// The end of a training epoch, whole or cut short by max_steps / should_stop (as Lightning):
+  /// on_train_epoch_end hooks, then the epoch-level training metrics are logged.
+  void end_train_epoch();
   template <class F>
   void call_callbacks(F&& f);
 
@@ -99,7 +107,10 @@ class Trainer {
   DataLoader* val_loader_ = nullptr;
 
   std::map<std::string, double> step_metrics_;
-  std::map<std::string, std::pair<double, int64_t>> epoch_accum_;
+  // Training and evaluation (validation / test) accumulate epoch metrics separately: a validation
+  // run in the middle of a training epoch neither resets nor logs the training epoch's values.
+  EpochAccum train_epoch_accum_;
+  EpochAccum eval_epoch_accum_;
   std::map<std::string, double> callback_metrics_;
   std::map<std::string, double> progress_bar_metrics_;
 };

@@ -82,25 +82,35 @@ void FlatParam::reshard() {
 void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate_pg, at::ScalarType reduce_dtype,
                                  int64_t world_size) {
   torch::NoGradGuard ng;
+  // Every rank takes part in the collectives for every unit, whether or not it got gradients here
+  // (missing ones count as zeros): deciding locally to skip would put the ranks' collectives out of
+  // step. Each rank's chunk carries one extra element, 1 if this rank had any gradient, so the
+  // reduced chunk tells every rank whether *any* rank had one; if none did, the shard gradient
+  // stays as it was (undefined: the optimizer skips the parameters, as on a single device).
   bool any = false;
   for (auto& e : entries_) any = any || e.param.grad().defined();
-  if (!any) return;
-  torch::Tensor flat = torch::zeros({padded_}, torch::TensorOptions().dtype(reduce_dtype).device(shard_.device()));
+  const int64_t sn = shard_numel(), chunk = sn + 1;
+  auto opts = torch::TensorOptions().dtype(reduce_dtype).device(shard_.device());
+  torch::Tensor flat = torch::zeros({padded_}, opts);
   for (auto& e : entries_) {
     if (e.param.grad().defined()) flat.narrow(0, e.offset, e.numel).copy_(e.param.grad().reshape(-1));
     e.param.mutable_grad() = torch::Tensor();  // free the full gradient
   }
-  torch::Tensor g = torch::empty({shard_numel()}, flat.options().dtype(torch::kFloat));
+  // Rank r's chunk: its sn gradient values, then the flag.
+  torch::Tensor flags = torch::full({shard_size_, 1}, any ? 1.0 : 0.0, opts);
+  flat = torch::cat({flat.view({shard_size_, sn}), flags}, 1).reshape(-1);
+  torch::Tensor g = torch::empty({chunk}, flat.options().dtype(torch::kFloat));
   // Sum over shard ranks here, then over replicas; divide once by the whole world (a mean).
   if (shard_pg && shard_pg->size() > 1) {
-    torch::Tensor gs = torch::empty({shard_numel()}, flat.options());
+    torch::Tensor gs = torch::empty({chunk}, flat.options());
     shard_pg->reduce_scatter(gs, flat, ReduceOp::Sum);
     g.copy_(gs);
   } else {
-    g.copy_(flat.narrow(0, shard_rank_ * shard_numel(), shard_numel()));
+    g.copy_(flat.narrow(0, shard_rank_ * chunk, chunk));
   }
   if (replicate_pg && replicate_pg->size() > 1) replicate_pg->all_reduce(g, ReduceOp::Sum);
-  g.div_(static_cast<double>(world_size));
+  if (g[sn].item<float>() == 0) return;  // no rank had a gradient for this unit
+  g = g.narrow(0, 0, sn).div_(static_cast<double>(world_size));
   if (shard_grad_.defined())
     shard_grad_.add_(g);
   else
@@ -109,7 +119,11 @@ void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate
 
 void FlatParam::expose_slice_grads() {
   if (!shard_grad_.defined()) return;
-  for (auto& s : slices_) s.view.mutable_grad() = shard_grad_.narrow(0, s.shard_offset, s.length);
+  for (auto& s : slices_) {
+    // A frozen parameter (requires_grad false) gets no gradient, as on a single device.
+    if (!entries_[s.entry].param.requires_grad()) continue;
+    s.view.mutable_grad() = shard_grad_.narrow(0, s.shard_offset, s.length);
+  }
 }
 
 torch::Tensor FlatParam::gather_full_fp32(ProcessGroup* pg) const {

@@ -10,6 +10,7 @@
 #include "volt/core/errors.h"
 #include "volt/core/grad_hooks.h"
 #include "volt/core/hooked_module.h"
+#include "volt/strategies/module_policy.h"
 #include "volt/trainer/lightning_module.h"
 
 namespace volt {
@@ -36,18 +37,6 @@ class FSDPUnitInterceptor : public ForwardInterceptor {
 };
 
 bool frees_after_forward(const std::string& s) { return s == "FULL_SHARD" || s == "HYBRID_SHARD"; }
-
-bool selected(const ModulePolicy& p, const torch::nn::Module& m, const std::string& name) {
-  if (p.predicate && p.predicate(m, name)) return true;
-  for (const auto& t : p.module_types)
-    if (t == m.name()) return true;
-  if (p.min_num_params > 0 && is_hooked(m)) {  // size-based picks only modules FSDP can act on
-    int64_t n = 0;
-    for (const auto& x : m.parameters()) n += x.numel();
-    if (n >= p.min_num_params) return true;
-  }
-  return false;
-}
 
 const std::vector<std::string> kStateFields = {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq",
                                                "momentum_buffer", "square_avg", "grad_avg", "sum"};
@@ -86,7 +75,8 @@ FSDPStrategy::FSDPStrategy(Precision precision, std::string accelerator, int64_t
   reduce_dtype_ = options_.reduce_dtype
                       ? Precision::dtype_from_name(*options_.reduce_dtype, "trainer.strategy.reduce_dtype")
                       : param_dtype_;
-
+  if (options_.buffer_dtype)
+    buffer_dtype_ = Precision::dtype_from_name(*options_.buffer_dtype, "trainer.strategy.buffer_dtype");
 }
 
 FSDPStrategy::~FSDPStrategy() { alive_.reset(); }
@@ -124,24 +114,13 @@ void FSDPStrategy::setup_module(LightningModule& module) {
   module_ = &module;
   Strategy::setup_module(module);
   broadcast_module(module);  // sync_module_states: every rank starts from rank 0's weights
+  if (buffer_dtype_) {
+    // After the broadcast (Gloo cannot send bf16): buffers keep their identity, change dtype.
+    torch::NoGradGuard ng;
+    for (auto& kv : module.named_buffers()) kv.value().set_data(kv.value().to(*buffer_dtype_));
+  }
   // Pick units: HookedModules the policy selects; inner units claim their parameters first.
-  std::vector<std::pair<std::string, torch::nn::Module*>> picked;
-  std::set<std::string> hooked_types;
-  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
-    torch::nn::Module& m = *item.value();
-    if (is_hooked(m)) hooked_types.insert(m.name());
-    if (options_.auto_wrap_policy.empty() || !selected(options_.auto_wrap_policy, m, item.key())) continue;
-    VOLT_CHECK(is_hooked(m), ConfigError, "config key 'trainer.strategy.auto_wrap_policy': it selects '", item.key(),
-               "' (", m.name(), "), which is not a volt::HookedModule, so FSDP cannot act around its forward; "
-               "derive it from HookedModule or pick its HookedModule children");
-    picked.emplace_back(item.key(), &m);
-  }
-  if (!options_.auto_wrap_policy.empty() && picked.empty()) {
-    std::string types;
-    for (const auto& t : hooked_types) types += (types.empty() ? "" : ", ") + t;
-    throw ConfigError("config key 'trainer.strategy.auto_wrap_policy': the policy selects no module; wrappable "
-                      "(HookedModule) types in this model: " + (types.empty() ? std::string("none") : types));
-  }
+  auto picked = select_modules(module, options_.auto_wrap_policy, "trainer.strategy.auto_wrap_policy", "FSDP");
   std::set<c10::TensorImpl*> claimed;
   std::vector<std::vector<detail::FlatParamEntry>> entries(picked.size());
   for (size_t i = picked.size(); i-- > 0;) {
@@ -152,7 +131,8 @@ void FSDPStrategy::setup_module(LightningModule& module) {
   }
   std::vector<detail::FlatParamEntry> root;
   for (const auto& kv : module.named_parameters())
-    if (!claimed.count(kv.value().unsafeGetTensorImpl())) root.push_back({kv.key(), kv.value()});
+    // insert, not count: a shared (tied) parameter listed twice becomes one flat entry.
+    if (claimed.insert(kv.value().unsafeGetTensorImpl()).second) root.push_back({kv.key(), kv.value()});
   const int64_t shard_rank = shard_pg() ? shard_pg()->rank() : 0;
   units_.clear();
   units_.resize(picked.size() + 1);
@@ -177,12 +157,16 @@ void FSDPStrategy::setup_module(LightningModule& module) {
 void FSDPStrategy::install_grad_hooks(size_t ui) {
   Unit& u = units_[ui];
   u.grads_expected = 0;
+  u.has_frozen = false;
   std::weak_ptr<bool> alive = alive_;
   for (auto& e : u.flat->entries()) {
-    if (!e.param.requires_grad()) continue;
+    if (!e.param.requires_grad()) {
+      u.has_frozen = true;
+      continue;
+    }
     ++u.grads_expected;
     accumulators_.push_back(detail::add_grad_ready_hook(e.param, [this, ui, alive] {
-      if (alive.expired() || !sync_ || ui >= units_.size()) return;
+      if (alive.expired() || ui >= units_.size()) return;
       if (--units_[ui].grads_pending == 0) on_unit_grads_ready(ui);
     }));
   }
@@ -220,7 +204,17 @@ void FSDPStrategy::setup_optimizer(LightningModule&, OptimizerConfig& config) {
 void FSDPStrategy::unshard(size_t ui) { units_[ui].flat->unshard(shard_pg()); }
 void FSDPStrategy::reshard(size_t ui) { units_[ui].flat->reshard(); }
 
+bool FSDPStrategy::may_prefetch() const {
+  if (!options_.limit_all_gathers) return true;
+  // At most two non-root units' parameters in flight (gathered or being gathered).
+  int in_flight = 0;
+  for (size_t i = 1; i < units_.size(); ++i)
+    if (units_[i].flat->state() != detail::UnitState::Sharded) ++in_flight;
+  return in_flight < 2;
+}
+
 void FSDPStrategy::prefetch_after(size_t ui, bool backward) {
+  if (!may_prefetch()) return;
   const auto& order = backward ? forward_order_ : current_order_;
   if (backward) {
     if (options_.backward_prefetch != "BACKWARD_PRE") return;
@@ -261,9 +255,13 @@ void FSDPStrategy::post_forward(size_t ui, const torch::Tensor& out) {
 void FSDPStrategy::on_unit_grads_ready(size_t ui) {
   Unit& u = units_[ui];
   if (u.reduced) return;
-  u.flat->reduce_gradients(shard_pg(), replicate_pg(), reduce_dtype_, world_size());
+  // Without sync (an accumulation micro-step) the full gradients stay in param.grad and
+  // accumulate; only the parameters are freed (see the header).
+  if (sync_) u.flat->reduce_gradients(shard_pg(), replicate_pg(), reduce_dtype_, world_size());
   u.reduced = true;
-  if (ui != 0) reshard(ui);
+  // A unit with a frozen parameter stays gathered until finish_backward: later backward nodes may
+  // still read the frozen weight (e.g. for the input gradient) after all trainable grads arrived.
+  if (ui != 0 && (!u.has_frozen || !in_backward_)) reshard(ui);
 }
 
 torch::Tensor FSDPStrategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
@@ -290,14 +288,23 @@ void FSDPStrategy::backward(LightningModule&, const torch::Tensor& loss, bool sy
     u.grads_pending = u.grads_expected;
     u.reduced = false;
   }
-  loss.backward();
+  in_backward_ = true;
+  try {
+    loss.backward();
+  } catch (...) {
+    in_backward_ = false;
+    sync_ = true;
+    throw;
+  }
+  in_backward_ = false;
   finish_backward();
   sync_ = true;
 }
 
 void FSDPStrategy::finish_backward() {
   if (sync_) {
-    // Units some of whose parameters got no gradient (unused this step) and the root.
+    // Units some of whose parameters got no gradient (unused this step) and the root, in unit
+    // index order: the same order on every rank, so the collectives line up.
     for (size_t i = 0; i < units_.size(); ++i)
       if (!units_[i].reduced) on_unit_grads_ready(i);
     for (auto& u : units_) u.flat->expose_slice_grads();
@@ -437,7 +444,7 @@ void FSDPStrategy::load_optimizer_state_dict(LightningModule& module, torch::opt
 }
 
 void FSDPStrategy::teardown(LightningModule& module) {
-  if (units_.empty()) return;
+  if (units_.empty()) return Strategy::teardown(module);
   // Give every parameter its own full storage again, with the trained values.
   torch::NoGradGuard ng;
   for (auto& u : units_) {
@@ -454,6 +461,7 @@ void FSDPStrategy::teardown(LightningModule& module) {
   units_.clear();
   forward_order_.clear();
   current_order_.clear();
+  Strategy::teardown(module);
 }
 
 std::vector<FSDPStrategy::UnitInfo> FSDPStrategy::units() const {

@@ -14,7 +14,22 @@
 /// Sharding strategies: FULL_SHARD (free after forward), SHARD_GRAD_OP (keep until after backward),
 /// NO_SHARD (shard group of 1, gradients all-reduced), HYBRID_SHARD / _HYBRID_SHARD_ZERO2 (shard
 /// within groups of device_mesh[1] ranks, replicate across device_mesh[0] groups).
+///
+/// Gradient accumulation (micro-steps with sync_gradients false, like PyTorch FSDP's no_sync):
+/// no collective runs; each unit's parameters are still freed as soon as its gradients are complete
+/// (so the unsharded parameters in flight stay at about two units, as on a sync step), but the
+/// *full, unsharded* gradients stay in param.grad and accumulate until the sync step reduce-scatters
+/// them. Trade-off: between micro-steps every rank keeps Ψ gradient values (the whole model's
+/// gradients in the param dtype, not Ψ/N), in exchange for no communication on micro-steps. Where
+/// that memory is too much, reduce-scatter on every micro-step instead (not implemented).
+///
+/// limit_all_gathers (default true): a prefetch (forward_prefetch, BACKWARD_PRE) starts no new
+/// gather while two non-root units are already gathered or gathering; the gather a unit needs
+/// itself always happens. buffer_dtype: the module's buffers are cast to it at set-up.
+/// Frozen parameters (requires_grad false): a unit holding one is freed only after the whole
+/// backward, since later backward nodes may read the frozen weight.
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "volt/strategies/fsdp/flat_param.h"
@@ -81,10 +96,12 @@ class FSDPStrategy : public ParallelStrategy {
   void prefetch_after(size_t unit, bool backward);
   void finish_backward();
   void install_grad_hooks(size_t unit);
+  bool may_prefetch() const;
 
   FSDPOptions options_;
   at::ScalarType param_dtype_ = at::kFloat;
   at::ScalarType reduce_dtype_ = at::kFloat;
+  std::optional<at::ScalarType> buffer_dtype_;
   int64_t shard_size_ = 1, replicate_size_ = 1;
   std::unique_ptr<ProcessGroup> shard_group_, replicate_group_;
 
@@ -94,7 +111,8 @@ class FSDPStrategy : public ParallelStrategy {
     std::unique_ptr<detail::FlatParam> flat;
     int64_t grads_pending = 0;
     int64_t grads_expected = 0;
-    bool reduced = false;
+    bool reduced = false;     // this backward's gradients handled (reduced, or kept on a micro-step)
+    bool has_frozen = false;  // holds a parameter with requires_grad false
   };
   std::vector<Unit> units_;  // units_[0] is the root
   std::vector<size_t> forward_order_, current_order_;

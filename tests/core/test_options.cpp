@@ -419,6 +419,8 @@ TEST_CASE("Precision names", "[options]") {
     o.default_root_dir = "/tmp";
     o.precision = "16-mixed";
     CHECK_THROWS_AS(Trainer(o), ConfigError);
+    // On CUDA too, until volt has a gradient scaler: never fp16 training without loss scaling.
+    CHECK_THAT(config_error([] { Precision("16-mixed", "cuda"); }), Contains("gradient scaler"));
   }
   SECTION("aliases and dtypes") {
     Precision p32("32", "cpu");

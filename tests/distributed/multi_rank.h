@@ -18,6 +18,7 @@ struct WorkerResult {
   std::map<std::string, torch::Tensor> state;
   std::vector<double> losses;
   int64_t global_step = 0;
+  double val_loss = -1;  // the last validation's val_loss (-1 when none ran)
   int64_t nonroot_unsharded_after_forward = -1, root_unsharded_after_forward = -1, optimizer_numel = -1;
   std::vector<int64_t> shard_numels, padded, numels;
 };
@@ -32,6 +33,7 @@ inline WorkerResult read_worker_output(const std::string& path) {
   auto l = d.at("losses").toTensor();
   for (int64_t i = 0; i < l.numel(); ++i) r.losses.push_back(l[i].item<double>());
   r.global_step = d.at("global_step").toInt();
+  if (d.contains("val_loss")) r.val_loss = d.at("val_loss").toDouble();
   if (d.contains("optimizer_numel")) {
     r.nonroot_unsharded_after_forward = d.at("nonroot_unsharded_after_forward").toInt();
     r.root_unsharded_after_forward = d.at("root_unsharded_after_forward").toInt();

@@ -2,6 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <numeric>
+#include <set>
 
 #include "distributed/multi_rank.h"
 
@@ -119,4 +122,97 @@ TEST_CASE("a rank that dies makes the job fail fast with a message naming it, le
       CHECK(std::system(cmd.c_str()) != 0);
     }
   }
+}
+
+TEST_CASE("DDP on an uneven dataset pads every rank to the same steps and validates without hanging",
+          "[ddp][multirank][sampler]") {
+  // 67 training samples on 2 ranks: 34 per rank after padding, 9 batches of 4 (the last of 2);
+  // the validation set has 33 samples: 17 per rank, 5 batches (the last of 1). A rank with one
+  // batch more would sit in a collective: the short timeout turns that into a failure, not a hang.
+  const std::string dir = temp_dir("ddp-uneven");
+  auto kv = base_trainer(dir);
+  kv["samples"] = "67";
+  kv["batch_size"] = "4";
+  kv["trainer.devices"] = "2";
+  kv["trainer.strategy"] = "{name: ddp, timeout: 30}";
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir, 180) == 0);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 150);
+  WorkerResult r = read_worker_output(dir + "/o.pt");
+  CHECK(r.global_step == 2 * 9);
+  CHECK(r.losses.size() == 2 * 9);  // one rank-averaged loss per step: every rank took every step
+
+  // The last validation ran after the last step on each rank's padded share of the 33 samples:
+  // val_loss (sync_dist) is the mean over the 5 batches of the two ranks' batch losses.
+  BoringModel m;
+  {
+    torch::NoGradGuard ng;
+    for (auto& kv2 : m.named_parameters()) {
+      REQUIRE(r.state.count(kv2.key()));
+      kv2.value().copy_(r.state.at(kv2.key()));
+    }
+  }
+  m.eval();
+  torch::NoGradGuard ng;
+  auto val_data = std::make_shared<RandomDataset>(33, 32, 99);  // the worker's validation set
+  std::vector<double> per_batch(5, 0.0);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    DataLoader val(val_data, DataLoaderOptions{4, false, false, 0});
+    val.set_distributed(rank, 2);
+    REQUIRE(val.num_batches() == 5);
+    for (int64_t i = 0; i < 5; ++i) {
+      auto out = m.forward(val.batch(i)[0]);
+      per_batch[i] += torch::mse_loss(out, torch::ones_like(out)).item<double>() / 2.0;
+    }
+  }
+  const double expected = std::accumulate(per_batch.begin(), per_batch.end(), 0.0) / 5.0;
+  CHECK(r.val_loss == Approx(expected).epsilon(1e-5));
+}
+
+TEST_CASE("a rank that hangs makes the others fail with a timeout naming the collective", "[ddp][multirank][fault]") {
+  const std::string dir = temp_dir("ddp-hang");
+  auto kv = base_trainer(dir);
+  kv["batch_size"] = "4";
+  kv["trainer.devices"] = "2";
+  kv["trainer.strategy"] = "{name: ddp, timeout: 10}";  // seconds
+  kv["fault_rank"] = "1";
+  kv["fault_step"] = "3";
+  kv["fault_kind"] = "hang";  // sleeps before its 4th step; rank 0 waits in the gradient all-reduce
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = run_worker(args_for(dir + "/o.pt", kv), dir, 120);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = read_text(dir + "/worker.0.log");
+  INFO(log);
+  CHECK(code != 0);
+  CHECK(code != -1);  // ended by itself, not by this test's timeout
+  CHECK(secs >= 9);   // not before the collective timeout...
+  CHECK(secs < 60);   // ...and well within a minute of it
+  CHECK_THAT(log, Catch::Contains("all_reduce on rank 0"));
+  CHECK_THAT(log, Catch::Contains("timed out", Catch::CaseSensitive::No));
+  CHECK_FALSE(std::filesystem::exists(dir + "/o.pt"));  // rank 0 never finished
+  // No process of this run is left: the hung rank was stopped by rank 0's launcher.
+  const std::string cmd = "pgrep -f '[v]olt_test_worker --out=" + dir + "/o.pt' > /dev/null";
+  CHECK(std::system(cmd.c_str()) != 0);
+}
+
+TEST_CASE("ModelCheckpoint: ranks that disagree on the monitored value save together, as rank 0 decides",
+          "[ddp][multirank][model_checkpoint]") {
+  // val_rank is logged without sync_dist: rank 0 sees 0.5 0.3 0.4 0.1 0.6 over the epochs, rank 1
+  // 1 minus that. Deciding alone, rank 1 would skip saves rank 0 makes (and the other way round)
+  // and the ranks' collectives would fall out of step; rank 0's values decide for all.
+  const std::string dir = temp_dir("ddp-ckpt");
+  auto kv = base_trainer(dir);
+  kv["trainer.max_epochs"] = "5";
+  kv["samples"] = "16";  // 2 training batches and 1 validation batch per rank and epoch
+  kv["batch_size"] = "4";
+  kv["trainer.devices"] = "2";
+  kv["trainer.strategy"] = "{name: ddp, timeout: 30}";
+  kv["rank_metric"] = "true";
+  kv["checkpoint_monitor"] = "val_rank";
+  kv["checkpoint_top_k"] = "2";
+  kv["checkpoint_filename"] = "{epoch}-{val_rank:.2f}";
+  REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir, 180) == 0);
+  std::set<std::string> files;
+  for (auto& e : std::filesystem::directory_iterator(dir + "/checkpoints")) files.insert(e.path().filename().string());
+  CHECK(files == std::set<std::string>{"epoch=1-val_rank=0.30.ckpt", "epoch=3-val_rank=0.10.ckpt"});
 }

@@ -201,3 +201,82 @@ TEST_CASE("FSDP on one process frees unit storage after forward and trains like 
   auto pa = a.named_parameters(), pb = b.named_parameters();
   for (auto& kv : pa) CHECK(torch::allclose(kv.value(), pb[kv.key()], 1e-6, 1e-6));
 }
+
+namespace {
+/// BoringModel that calls `probe` from the backward of block0's output: by then every later unit's
+/// backward has run.
+class ProbedModel : public BoringModel {
+ public:
+  using BoringModel::BoringModel;
+  std::function<void()> probe;
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    torch::Tensor x = blocks[0]->forward(batch[0]);
+    x.register_hook([this](const torch::Tensor&) {
+      if (probe) probe();
+    });
+    for (size_t i = 1; i < blocks.size(); ++i) x = blocks[i]->forward(x);
+    auto out = head->forward(x);
+    return torch::mse_loss(out, torch::ones_like(out));
+  }
+};
+}  // namespace
+
+TEST_CASE("FSDP on one process frees units during a gradient-accumulation micro-step", "[fsdp]") {
+  BoringOptions bo;
+  bo.blocks = 3;
+  ProbedModel m(bo);
+  FSDPOptions o;
+  o.auto_wrap_policy.module_types = {"Block"};
+  auto s = make_fsdp(o);
+  s.setup_environment();
+  s.setup_module(m);
+  REQUIRE(s.units().size() == 4);
+  std::vector<size_t> during;  // unsharded bytes of units 2.. while block0's backward runs
+  m.probe = [&] {
+    auto u = s.units();
+    for (size_t i = 2; i < u.size(); ++i) during.push_back(u[i].unsharded_bytes);
+  };
+  Batch batch{torch::randn({4, 32})};
+  for (int step = 0; step < 2; ++step) {
+    during.clear();
+    torch::Tensor loss = s.training_step(m, batch, step);
+    s.backward(m, loss, /*sync_gradients=*/false);
+    REQUIRE(during.size() == 2);
+    for (size_t b : during) CHECK(b == 0);
+    auto u = s.units();
+    for (size_t i = 1; i < u.size(); ++i) CHECK(u[i].unsharded_bytes == 0);
+    // The full gradients are kept (not reduced) between micro-steps.
+    for (auto& p : m.parameters()) CHECK(p.grad().defined());
+  }
+  s.teardown(m);
+}
+
+TEST_CASE("FSDP on one process trains a model with frozen parameters like single device", "[fsdp]") {
+  BoringOptions bo;
+  bo.blocks = 3;
+  auto freeze = [](BoringModel& m) {
+    m.blocks[0]->linear->bias.requires_grad_(false);
+    m.blocks[1]->linear->weight.requires_grad_(false);
+  };
+  torch::manual_seed(5);
+  BoringModel a(bo);
+  torch::manual_seed(5);
+  BoringModel b(bo);
+  freeze(a);
+  freeze(b);
+  const torch::Tensor bias0 = a.blocks[0]->linear->bias.detach().clone();
+  const std::string root = temp_dir("fsdp-frozen");
+  DataLoader la(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
+  DataLoader lb(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
+  auto o = quiet_options(root);
+  o.accumulate_grad_batches = 2;
+  Trainer ta(o);
+  ta.fit(a, la);
+  o.strategy = "fsdp";
+  o.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
+  Trainer tb(o);
+  tb.fit(b, lb);
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  for (auto& kv : pa) CHECK(torch::allclose(kv.value(), pb[kv.key()], 1e-6, 1e-6));
+  CHECK(torch::equal(b.blocks[0]->linear->bias, bias0));
+}

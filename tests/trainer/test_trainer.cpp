@@ -9,6 +9,7 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "boring_model.h"
@@ -908,4 +909,176 @@ TEST_CASE("on_step and on_epoch logging give _step and _epoch metrics", "[traine
     }
   }
   CHECK(epoch_rows == 1);
+}
+
+namespace {
+/// Logs its loss per step and per epoch ("mse" -> mse_step / mse_epoch) and per epoch only
+/// ("mse_mean"); records what on_train_epoch_end sees.
+class EpochMeanModel : public BoringModel {
+ public:
+  torch::Tensor training_step(const Batch& b, int64_t i) override {
+    auto loss = BoringModel::training_step(b, i);
+    LogOptions both;
+    both.on_step = true;
+    both.on_epoch = true;
+    log("mse", loss, both);
+    LogOptions epoch_only;
+    epoch_only.on_step = false;
+    epoch_only.on_epoch = true;
+    log("mse_mean", loss, epoch_only);
+    return loss;
+  }
+  void on_train_epoch_end() override {
+    epoch_end_steps.push_back(trainer()->global_step());
+    const auto& cm = trainer()->callback_metrics();
+    seen_mse_epoch.push_back(cm.count("mse_epoch") ? cm.at("mse_epoch") : NAN);
+  }
+  std::vector<int64_t> epoch_end_steps;
+  std::vector<double> seen_mse_epoch;  // callback_metrics["mse_epoch"] during on_train_epoch_end
+};
+
+/// Counts on_train_epoch_end calls; optionally sets should_stop after a given global step.
+class EpochEndProbe : public Callback {
+ public:
+  explicit EpochEndProbe(int64_t stop_after = -1) : stop_after_(stop_after) {}
+  std::string state_key() const override { return "EpochEndProbe"; }
+  void on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor&, const Batch&, int64_t) override {
+    if (stop_after_ >= 0 && t.global_step() >= stop_after_) t.should_stop = true;
+  }
+  void on_train_epoch_end(Trainer& t, LightningModule&) override { steps.push_back(t.global_step()); }
+  std::vector<int64_t> steps;
+
+ private:
+  int64_t stop_after_;
+};
+
+/// The cells of `name` in rows where it is set, with their step and epoch.
+struct CsvCell {
+  int64_t step, epoch;
+  double value;
+};
+std::vector<CsvCell> csv_cells(const Csv& csv, const std::string& name) {
+  std::vector<CsvCell> out;
+  const int c = csv.col(name), s = csv.col("step"), e = csv.col("epoch");
+  if (c < 0) return out;
+  for (const auto& r : csv.rows)
+    if (c < static_cast<int>(r.size()) && !r[c].empty())
+      out.push_back({std::stoll(r[s]), std::stoll(r[e]), std::stod(r[c])});
+  return out;
+}
+
+/// True when `row` has a value in any of `cols`.
+bool row_has_any(const Csv& csv, const std::vector<std::string>& row, const std::vector<std::string>& cols) {
+  for (const auto& name : cols) {
+    const int c = csv.col(name);
+    if (c >= 0 && c < static_cast<int>(row.size()) && !row[c].empty()) return true;
+  }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("training epoch metrics average the whole epoch across mid-epoch validations", "[trainer][logging]") {
+  // 8 training batches per epoch, validation after batches 3 and 6 of each epoch (not at its end).
+  auto m = make_model<EpochMeanModel>(0);
+  auto probe = std::make_shared<EpochEndProbe>();
+  auto opts = quiet_options(temp_dir("trainer-epoch-mean"));
+  opts.max_epochs = 2;
+  opts.val_check_interval = BatchLimit::count(3);
+  opts.log_every_n_steps = 1;
+  Trainer t(opts, {probe});
+  auto train = make_loader(64, 8);
+  auto val = make_loader(32, 8);
+  t.fit(*m, train, &val);
+  REQUIRE(m->losses.size() == 16);
+  const double epoch0 = mean(m->losses, 0, 8), epoch1 = mean(m->losses, 8, 16);
+
+  // What the hooks see and what callback_metrics keep: the mean over every batch of the epoch.
+  CHECK(m->epoch_end_steps == std::vector<int64_t>{8, 16});
+  CHECK(probe->steps == std::vector<int64_t>{8, 16});
+  REQUIRE(m->seen_mse_epoch.size() == 2);
+  CHECK(m->seen_mse_epoch[0] == Approx(epoch0).epsilon(1e-6));
+  CHECK(m->seen_mse_epoch[1] == Approx(epoch1).epsilon(1e-6));
+  const auto& cm = t.callback_metrics();
+  REQUIRE(cm.count("mse_epoch"));
+  CHECK(cm.at("mse_epoch") == Approx(epoch1).epsilon(1e-6));
+  CHECK(cm.at("mse_mean") == Approx(epoch1).epsilon(1e-6));
+  REQUIRE(cm.count("val_loss"));
+
+  // metrics.csv: one training-epoch row per epoch at its last step, with the whole-epoch means.
+  const auto csv = read_csv(t.log_dir() + "/metrics.csv");
+  for (const std::string name : {"mse_epoch", "mse_mean"}) {
+    INFO(name);
+    const auto cells = csv_cells(csv, name);
+    REQUIRE(cells.size() == 2);
+    CHECK(cells[0].step == 7);
+    CHECK(cells[0].epoch == 0);
+    CHECK(cells[0].value == Approx(epoch0).epsilon(1e-6));
+    CHECK(cells[1].step == 15);
+    CHECK(cells[1].epoch == 1);
+    CHECK(cells[1].value == Approx(epoch1).epsilon(1e-6));
+  }
+  // Validation rows hold validation metrics only: no partial training values leak into them.
+  const auto val_rows = csv_cells(csv, "val_loss");
+  CHECK(val_rows.size() == 4);
+  int checked = 0;
+  for (const auto& r : csv.rows)
+    if (row_has_any(csv, r, {"val_loss"})) {
+      ++checked;
+      CHECK_FALSE(row_has_any(csv, r, {"mse_epoch", "mse_mean", "mse_step", "train_loss"}));
+    }
+  CHECK(checked == 4);
+  // Every step row is a training step: mse_step equals that step's loss.
+  const auto steps = csv_cells(csv, "mse_step");
+  REQUIRE(steps.size() == 16);
+  for (const auto& c : steps) CHECK(c.value == Approx(m->losses[c.step]).epsilon(1e-6));
+}
+
+TEST_CASE("a fit stopped mid-epoch still ends the epoch: hooks and epoch metrics", "[trainer][logging][hooks]") {
+  auto run = [](int64_t max_steps, int64_t stop_after) {
+    auto m = make_model<EpochMeanModel>(0);
+    auto probe = std::make_shared<EpochEndProbe>(stop_after);
+    auto opts = quiet_options(temp_dir("trainer-epoch-cut"));
+    opts.max_epochs = -1;
+    opts.max_steps = max_steps;
+    opts.val_check_interval = BatchLimit::count(2);
+    Trainer t(opts, {probe});
+    auto train = make_loader(64, 8);  // 8 batches per epoch
+    auto val = make_loader(16, 8);
+    t.fit(*m, train, &val);
+    return std::make_tuple(m, probe, read_csv(t.log_dir() + "/metrics.csv"), t.global_step());
+  };
+  SECTION("max_steps in the middle of the first epoch") {
+    auto [m, probe, csv, step] = run(5, -1);
+    CHECK(step == 5);
+    REQUIRE(m->losses.size() == 5);
+    CHECK(m->epoch_end_steps == std::vector<int64_t>{5});
+    CHECK(probe->steps == std::vector<int64_t>{5});
+    REQUIRE(m->seen_mse_epoch.size() == 1);
+    CHECK(m->seen_mse_epoch[0] == Approx(mean(m->losses, 0, 5)).epsilon(1e-6));
+    const auto cells = csv_cells(csv, "mse_epoch");
+    REQUIRE(cells.size() == 1);
+    CHECK(cells[0].step == 4);
+    CHECK(cells[0].epoch == 0);
+    CHECK(cells[0].value == Approx(mean(m->losses, 0, 5)).epsilon(1e-6));
+  }
+  SECTION("max_steps in the middle of the second epoch") {
+    auto [m, probe, csv, step] = run(11, -1);
+    CHECK(step == 11);
+    CHECK(probe->steps == std::vector<int64_t>{8, 11});
+    const auto cells = csv_cells(csv, "mse_mean");
+    REQUIRE(cells.size() == 2);
+    CHECK(cells[0].value == Approx(mean(m->losses, 0, 8)).epsilon(1e-6));
+    CHECK(cells[1].step == 10);
+    CHECK(cells[1].epoch == 1);
+    CHECK(cells[1].value == Approx(mean(m->losses, 8, 11)).epsilon(1e-6));
+  }
+  SECTION("should_stop set by a callback") {
+    auto [m, probe, csv, step] = run(-1, 3);
+    CHECK(step == 3);
+    CHECK(m->epoch_end_steps == std::vector<int64_t>{3});
+    CHECK(probe->steps == std::vector<int64_t>{3});
+    const auto cells = csv_cells(csv, "mse_epoch");
+    REQUIRE(cells.size() == 1);
+    CHECK(cells[0].value == Approx(mean(m->losses, 0, 3)).epsilon(1e-6));
+  }
 }

@@ -1,6 +1,7 @@
 // A rank process for multi-rank tests. Usage:
 //   volt_test_worker --out=FILE [--trainer.KEY=VALUE ...] [--model.KEY=VALUE ...]
-//                    [--fault.rank=R --fault.step=S --fault.kind=exit|kill|hang]
+//                    [--fault_rank=R --fault_step=S --fault_kind=exit|kill|hang]
+//                    [--rank_metric=true] [--checkpoint_monitor=M --checkpoint_top_k=K --checkpoint_filename=F]
 // Trains the BoringModel (tests/boring_model.h) on RandomDataset and, on rank 0, writes
 // {state_dict, losses} to FILE with torch::pickle_save. With trainer.devices > 1 and no launcher
 // environment it self-launches the other ranks, exactly as the `volt` CLI does.
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "boring_model.h"
+#include "volt/callbacks/model_checkpoint.h"
 #include "volt/core/options.h"
 #include "volt/trainer/trainer.h"
 #include "volt/strategies/fsdp/fsdp_strategy.h"
@@ -33,12 +35,35 @@ struct WorkerConfig {
   int64_t fault_rank = -1;
   int64_t fault_step = -1;
   std::string fault_kind = "exit";
+  bool rank_metric = false;        // log "val_rank", a per-rank value, without sync_dist
+  std::string checkpoint_monitor;  // non-empty: a ModelCheckpoint monitoring it
+  int64_t checkpoint_top_k = 1;
+  std::string checkpoint_filename = "{epoch}-{step}";
   template <class V>
   void visit(V& v) {
     v("trainer", trainer)("samples", samples)("batch_size", batch_size)("shuffle", shuffle)("blocks", blocks)(
         "hidden", hidden)("lr", lr)("adam", adam)("dropout", dropout)("out", out)("fault_rank", fault_rank)(
-        "fault_step", fault_step)("fault_kind", fault_kind);
+        "fault_step", fault_step)("fault_kind", fault_kind)("rank_metric", rank_metric)(
+        "checkpoint_monitor", checkpoint_monitor)("checkpoint_top_k", checkpoint_top_k)(
+        "checkpoint_filename", checkpoint_filename);
   }
+};
+
+/// The BoringModel, optionally logging "val_rank" in validation: on rank 0 kRankScript[epoch], on the
+/// other ranks 1 - that (deliberately not synced, so ranks disagree on which epoch is best).
+constexpr double kRankScript[] = {0.5, 0.3, 0.4, 0.1, 0.6};
+class WorkerModel : public testing::BoringModel {
+ public:
+  WorkerModel(testing::BoringOptions o, bool rank_metric) : BoringModel(o), rank_metric_(rank_metric) {}
+  void validation_step(const Batch& b, int64_t i) override {
+    BoringModel::validation_step(b, i);
+    if (!rank_metric_) return;
+    const double v = kRankScript[trainer()->current_epoch() % 5];
+    log("val_rank", trainer()->global_rank() == 0 ? v : 1.0 - v);
+  }
+
+ private:
+  bool rank_metric_;
 };
 
 class FaultCallback : public Callback {
@@ -112,7 +137,7 @@ int main(int argc, char** argv) {
     bo.lr = cfg.lr;
     bo.adam = cfg.adam;
     bo.dropout = cfg.dropout;
-    testing::BoringModel model(bo);
+    WorkerModel model(bo, cfg.rank_metric);
     DataLoader loader(std::make_shared<testing::RandomDataset>(cfg.samples),
                       DataLoaderOptions{cfg.batch_size, cfg.shuffle, false, 3});
     DataLoader val(std::make_shared<testing::RandomDataset>(cfg.samples / 2, 32, 99),
@@ -121,6 +146,13 @@ int main(int argc, char** argv) {
     auto probe = std::make_shared<ShardProbe>();
     std::vector<std::shared_ptr<Callback>> cbs{recorder, probe};
     if (cfg.fault_rank >= 0) cbs.push_back(std::make_shared<FaultCallback>(cfg.fault_rank, cfg.fault_step, cfg.fault_kind));
+    if (!cfg.checkpoint_monitor.empty()) {
+      ModelCheckpointOptions mo;
+      mo.monitor = cfg.checkpoint_monitor;
+      mo.save_top_k = cfg.checkpoint_top_k;
+      mo.filename = cfg.checkpoint_filename;
+      cbs.push_back(std::make_shared<ModelCheckpoint>(mo));
+    }
     Trainer trainer(cfg.trainer, cbs);
     trainer.fit(model, loader, &val);
     auto state = trainer.strategy().model_state_dict(model);

@@ -1,0 +1,445 @@
+// FSDP vs DDP on the CPU: the demo Transformer at ~108M parameters (vocab 33278, ninp 512, nhead 8,
+// nhid 2048, 10 encoder + 10 decoder layers), AdamW, fp32, batch 2 x block 32 per rank. For world
+// sizes 1, 2, 4 and strategies DDP, NO_SHARD, SHARD_GRAD_OP, FULL_SHARD (world 1: DDP only, i.e. a
+// single device, the baseline) it measures, side by side in one invocation:
+//   - median step time (after the warm-up steps; max over ranks),
+//   - per-rank peak resident memory (VmHWM; max over ranks), absolute and as growth over the RSS the
+//     process had just before the model was built, for the whole fit and for the training phase alone
+//     (the peak is reset with /proc/self/clear_refs once setup is done, where the kernel allows it),
+//   - the cost model's expectation beside it (fp32 Adam, 16 bytes per parameter, Ψ = parameter count):
+//       DDP, NO_SHARD: 16Ψ;  SHARD_GRAD_OP: 4Ψ + 12Ψ/N;  FULL_SHARD: 16Ψ/N + 4 x largest unit (unsharded),
+//   - bytes each rank sends per step (ProcessGroup::bytes_sent, reset every step; max over ranks).
+//
+// Usage: bench_fsdp [data_dir] [--steps 3] [--warmup 1] [--batch 2] [--block 32] [--vocab 33278] [--ninp 512]
+//                   [--nhead 8] [--nhid 2048] [--nlayers 10] [--lr 3e-4]
+//                   [--worlds 1,2,4] [--strategies ddp,no_shard,shard_grad_op,full_shard]
+// (data_dir defaults to ../shared/data/wikitext-2.)
+//
+// How it runs: the process you start runs nothing itself; for every (strategy, world) it starts this
+// binary again (/proc/self/exe, fork/exec, waitpid) with "--run STRATEGY WORLD --out FILE". That child
+// builds a Trainer with devices = WORLD, which self-launches ranks 1..WORLD-1 (the same command line)
+// and splits the cores among them. Rank 0 appends one line of results to FILE; when every
+// configuration is done the parent prints one markdown table and a line of ratios.
+//
+// Memory notes: glibc's dynamic mmap threshold is pinned (mallopt) so that freed large tensors go back
+// to the OS and RSS follows live memory. Every rank builds the whole model before the strategy shards
+// it (no meta-device init), so the whole-fit peak of the sharded strategies is at least 4Ψ; the
+// training-phase columns are the ones the cost model describes. DDP also holds gradient buckets
+// (another 4Ψ unless gradient_as_bucket_view), which the 16Ψ model leaves out.
+#include <malloc.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "volt/demos/language_model.h"
+#include "volt/demos/wikitext2_data.h"
+#include "volt/distributed/launcher.h"
+#include "volt/strategies/fsdp/fsdp_strategy.h"
+#include "volt/strategies/parallel_strategy.h"
+#include "volt/trainer/trainer.h"
+
+using namespace volt;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::vector<std::string> kAllStrategies = {"DDP", "NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD"};
+
+struct Args {
+  std::string data_dir = "../shared/data/wikitext-2";
+  int64_t steps = 3, warmup = 1, batch = 2, block = 32;
+  int64_t vocab = 33278;  // at least; raised to the data's vocabulary if that is larger
+  int64_t ninp = 512, nhead = 8, nhid = 2048, nlayers = 10;
+  double lr = 3e-4;
+  std::vector<int64_t> worlds = {1, 2, 4};
+  std::vector<std::string> strategies = kAllStrategies;
+  // Internal: one configuration (the child's side).
+  std::string run_strategy;
+  int64_t run_world = 0;
+  std::string out;
+};
+
+std::string upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  bool have_dir = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
+      return argv[++i];
+    };
+    if (k == "--steps") a.steps = std::stoll(value());
+    else if (k == "--warmup") a.warmup = std::stoll(value());
+    else if (k == "--batch") a.batch = std::stoll(value());
+    else if (k == "--block") a.block = std::stoll(value());
+    else if (k == "--vocab") a.vocab = std::stoll(value());
+    else if (k == "--ninp") a.ninp = std::stoll(value());
+    else if (k == "--nhead") a.nhead = std::stoll(value());
+    else if (k == "--nhid") a.nhid = std::stoll(value());
+    else if (k == "--nlayers") a.nlayers = std::stoll(value());
+    else if (k == "--lr") a.lr = std::stod(value());
+    else if (k == "--worlds") {
+      a.worlds.clear();
+      for (const auto& w : split(value())) a.worlds.push_back(std::stoll(w));
+    } else if (k == "--strategies") {
+      a.strategies.clear();
+      for (const auto& s : split(value())) {
+        const std::string u = upper(s);
+        if (std::find(kAllStrategies.begin(), kAllStrategies.end(), u) == kAllStrategies.end())
+          throw std::invalid_argument("unknown strategy '" + s + "' (ddp, no_shard, shard_grad_op, full_shard)");
+        a.strategies.push_back(u);
+      }
+    } else if (k == "--run") {
+      a.run_strategy = upper(value());
+      a.run_world = std::stoll(value());
+    } else if (k == "--out") a.out = value();
+    else if (k.rfind("--", 0) == 0) throw std::invalid_argument("unknown option " + k);
+    else if (!have_dir) {
+      a.data_dir = k;
+      have_dir = true;
+    } else throw std::invalid_argument("unexpected argument " + k);
+  }
+  if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.block < 2) throw std::invalid_argument("bad steps/sizes");
+  return a;
+}
+
+/// A "VmXXX:" field of /proc/self/status in bytes, or -1.
+double proc_status_bytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  const size_t n = std::strlen(key);
+  for (std::string line; std::getline(in, line);)
+    if (line.compare(0, n, key) == 0) return std::stod(line.substr(n)) * 1024.0;  // "  123456 kB"
+  return -1;
+}
+double rss_bytes() { return proc_status_bytes("VmRSS:"); }
+double hwm_bytes() { return proc_status_bytes("VmHWM:"); }
+
+/// Resets VmHWM to the current RSS ("5" > /proc/self/clear_refs, Linux >= 4.0); false if refused.
+bool reset_peak() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// Step times, bytes sent, parameter count and memory peaks of this rank.
+class Probe : public Callback {
+ public:
+  std::string state_key() const override { return "BenchFSDPProbe"; }
+  void on_train_start(Trainer& t, LightningModule& m) override {
+    pg_ = nullptr;
+    if (auto* ps = dynamic_cast<ParallelStrategy*>(&t.strategy()); ps && t.world_size() > 1) pg_ = &ps->process_group();
+    params = 0;
+    largest_unit = 0;
+    if (auto* fsdp = dynamic_cast<FSDPStrategy*>(&t.strategy())) {
+      for (const auto& u : fsdp->units()) {
+        params += u.numel;
+        largest_unit = std::max(largest_unit, u.padded_numel);
+      }
+    } else {
+      for (const auto& p : m.parameters()) params += p.numel();
+    }
+    setup_peak = hwm_bytes();  // model built and sharded, optimizer set up
+    peak_reset = reset_peak();
+  }
+  void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t) override {
+    if (pg_) pg_->reset_bytes_sent();
+    t0_ = Clock::now();
+  }
+  void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor&, const Batch&, int64_t) override {
+    step.push_back(seconds_since(t0_));
+    sent.push_back(pg_ ? static_cast<double>(pg_->bytes_sent()) : 0.0);
+  }
+  // Before teardown, which gathers the whole model again under FSDP.
+  void on_train_end(Trainer&, LightningModule&) override { train_peak = hwm_bytes(); }
+
+  std::vector<double> step, sent;
+  int64_t params = 0, largest_unit = 0;
+  double setup_peak = -1, train_peak = -1;
+  bool peak_reset = false;
+
+ private:
+  ProcessGroup* pg_ = nullptr;
+  Clock::time_point t0_;
+};
+
+/// One configuration: runs on every rank of a (strategy, world) job; rank 0 appends a result line.
+int run_one(const Args& a) {
+  spdlog::set_level(spdlog::level::warn);
+  const int64_t world = a.run_world;
+  if (world == 1) torch::set_num_threads(static_cast<int>(volt::detail::available_cores()));
+  // Launched ranks get OMP_NUM_THREADS = cores / world from the launcher; rank 0 is set by it too.
+
+  demos::WikiText2DataOptions dopt;
+  dopt.data_dir = a.data_dir;
+  dopt.batch_size = a.batch;
+  dopt.block_size = a.block;
+  dopt.shuffle = false;
+  demos::WikiText2Data data(dopt);
+
+  demos::LanguageModelOptions mopt;
+  mopt.vocab_size = std::max(a.vocab, data.vocab_size());  // Lightning's 33278 (train.txt's) by default
+  mopt.ninp = a.ninp;
+  mopt.nhead = a.nhead;
+  mopt.nhid = a.nhid;
+  mopt.nlayers = a.nlayers;
+  mopt.optimizer = "adamw";
+  mopt.lr = a.lr;
+  auto loader = data.train_loader();
+
+  TrainerOptions t;
+  t.accelerator = "cpu";
+  t.devices = world;
+  if (a.run_strategy == "DDP") {
+    t.strategy = world > 1 ? "ddp" : "auto";
+  } else {
+    t.strategy = "fsdp";
+    t.strategy.fsdp.sharding_strategy = a.run_strategy;
+    t.strategy.fsdp.auto_wrap_policy.module_types = {"TransformerEncoderLayer", "TransformerDecoderLayer"};
+  }
+  t.max_steps = a.warmup + a.steps;
+  t.enable_progress_bar = false;
+  t.enable_model_summary = false;
+  t.enable_checkpointing = false;
+  t.logger = false;
+  t.num_sanity_val_steps = 0;
+  t.seed = 1;
+
+  torch::manual_seed(1);
+  demos::LanguageModel model(mopt);  // the Transformer itself is built in configure_model()
+  auto probe = std::make_shared<Probe>();
+  Trainer trainer(t, {probe});
+  const double base = rss_bytes();  // just before the model is built
+  trainer.fit(model, *loader);
+
+  const auto timed = [&](const std::vector<double>& v) {
+    return v.size() > static_cast<size_t>(a.warmup) ? std::vector<double>(v.begin() + a.warmup, v.end()) : v;
+  };
+  const double step_s = median(timed(probe->step));
+  const double sent = median(timed(probe->sent));
+  const double setup_peak = probe->setup_peak;
+  const double train_peak = probe->train_peak;
+  const double whole_peak = std::max(setup_peak, train_peak);
+  const double reset_ok = probe->peak_reset ? 1.0 : 0.0;
+  // Max over ranks (min for "reset worked everywhere").
+  auto mx = trainer.strategy().all_reduce(
+      torch::tensor({step_s, sent, whole_peak, whole_peak - base, train_peak, train_peak - base, base},
+                    torch::kDouble),
+      ReduceOp::Max);
+  auto mn = trainer.strategy().all_reduce(torch::tensor({reset_ok}, torch::kDouble), ReduceOp::Min);
+  const int64_t threads = torch::get_num_threads();
+  trainer.strategy().finalize();  // rank 0 of a self-launched job: waits for the other ranks
+  if (trainer.global_rank() != 0) return 0;
+
+  const auto r = mx.contiguous();
+  const double* v = r.data_ptr<double>();
+  std::ofstream out(a.out, std::ios::app);
+  out.precision(17);
+  out << a.run_strategy << ' ' << mopt.vocab_size << ' ' << world << ' ' << trainer.world_size() << ' ' << threads << ' ' << probe->params << ' '
+      << probe->largest_unit << ' ' << timed(probe->step).size();
+  for (int i = 0; i < 7; ++i) out << ' ' << v[i];
+  out << ' ' << mn.item<double>() << '\n';
+  return out ? 0 : 1;
+}
+
+struct Row {
+  std::string strategy;
+  int64_t vocab = 0, world = 0, processes = 0, threads = 0, params = 0, largest_unit = 0, steps = 0;
+  double step_s = 0, sent = 0, peak = 0, growth = 0, train_peak = 0, train_growth = 0, base = 0, reset_ok = 0;
+  bool ok = false;
+  std::string error;
+};
+
+double expected_bytes(const Row& r) {
+  const double psi = static_cast<double>(r.params), n = static_cast<double>(r.world);
+  if (r.strategy == "FULL_SHARD") return 16 * psi / n + 4.0 * static_cast<double>(r.largest_unit);
+  if (r.strategy == "SHARD_GRAD_OP") return 4 * psi + 12 * psi / n;
+  return 16 * psi;  // DDP, NO_SHARD
+}
+
+/// Runs one configuration as a child process (this binary with --run); rank 0 writes to `out`.
+int spawn(char** argv, int argc, const std::string& strategy, int64_t world, const std::string& out) {
+  std::vector<std::string> args(argv, argv + argc);
+  args.insert(args.end(), {"--run", strategy, std::to_string(world), "--out", out});
+  std::vector<char*> cargv;
+  for (auto& s : args) cargv.push_back(s.data());
+  cargv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    ::execv("/proc/self/exe", cargv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+int run_all(int argc, char** argv, const Args& a) {
+  char tmpl[] = "/tmp/bench_fsdp_XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  if (fd < 0) throw std::runtime_error("cannot create a temp file");
+  ::close(fd);
+  const std::string out = tmpl;
+  const int64_t cores = volt::detail::available_cores();
+
+  std::vector<Row> rows;
+  const auto t_all = Clock::now();
+  for (int64_t world : a.worlds) {
+    for (const auto& s : a.strategies) {
+      if (world < 1 || (world == 1 && s != "DDP")) continue;  // FSDP at world 1: nothing to shard
+      std::fprintf(stderr, "bench_fsdp: %s, world %lld ...\n", s.c_str(), static_cast<long long>(world));
+      const auto t0 = Clock::now();
+      const int rc = spawn(argv, argc, s, world, out);
+      std::fprintf(stderr, "bench_fsdp: %s, world %lld: exit %d after %.0f s\n", s.c_str(),
+                   static_cast<long long>(world), rc, seconds_since(t0));
+      Row r;
+      r.strategy = s;
+      r.world = world;
+      if (rc != 0) r.error = "failed (exit " + std::to_string(rc) + ")";
+      rows.push_back(r);
+    }
+  }
+  // Each successful child appended one line, in order; match them by (strategy, world).
+  std::ifstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    Row r;
+    f >> r.strategy >> r.vocab >> r.world >> r.processes >> r.threads >> r.params >> r.largest_unit >> r.steps >> r.step_s >>
+        r.sent >> r.peak >> r.growth >> r.train_peak >> r.train_growth >> r.base >> r.reset_ok;
+    if (!f) continue;
+    r.ok = true;
+    for (auto& row : rows)
+      if (row.strategy == r.strategy && row.world == r.world && row.error.empty()) row = r;
+  }
+  std::remove(out.c_str());
+
+  const Row* any = nullptr;
+  for (const auto& r : rows)
+    if (r.ok) any = any ? any : &r;
+  if (!any) {
+    std::fprintf(stderr, "bench_fsdp: no configuration produced results\n");
+    return 1;
+  }
+  const double psi = static_cast<double>(any->params);
+  bool reset_everywhere = true;
+  for (const auto& r : rows)
+    if (r.ok && r.reset_ok < 0.5) reset_everywhere = false;
+  auto mb = [](double b) { return b / 1e6; };
+
+  std::printf("\nFSDP vs DDP on the CPU, demo Transformer (vocab %lld, ninp %lld, nhead %lld, nhid %lld, %lld+%lld "
+              "layers): Ψ = %lld parameters (%.1f MB fp32), AdamW, fp32, batch %lld x block %lld per rank, median of "
+              "%lld timed steps after %lld warm-up, %lld cores (split among the ranks)\n\n",
+              static_cast<long long>(any->vocab), static_cast<long long>(a.ninp), static_cast<long long>(a.nhead),
+              static_cast<long long>(a.nhid), static_cast<long long>(a.nlayers), static_cast<long long>(a.nlayers),
+              static_cast<long long>(any->params), mb(4 * psi), static_cast<long long>(a.batch),
+              static_cast<long long>(a.block), static_cast<long long>(a.steps), static_cast<long long>(a.warmup),
+              static_cast<long long>(cores));
+  std::printf("| strategy | world | threads/rank | step (s) | peak RSS / rank (MB) | growth, whole fit (MB) | "
+              "growth, training (MB) | expected (MB) | training / expected | sent / rank / step (MB) | sent / 4Ψ |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const auto& r : rows) {
+    if (!r.ok) {
+      std::printf("| %s | %lld | %s | | | | | | | | |\n", r.strategy.c_str(), static_cast<long long>(r.world),
+                  r.error.empty() ? "no result" : r.error.c_str());
+      continue;
+    }
+    const double e = expected_bytes(r);
+    std::printf("| %s | %lld | %lld | %.2f | %.0f | %.0f | %.0f | %.0f | %.2f | %.1f | %.2f |\n", r.strategy.c_str(),
+                static_cast<long long>(r.world), static_cast<long long>(r.threads), r.step_s, mb(r.peak),
+                mb(r.growth), mb(r.train_growth), mb(e), r.train_growth / e, mb(r.sent), r.sent / (4 * psi));
+  }
+  std::printf("\nExpected (fp32 Adam, 16 bytes/param): DDP and NO_SHARD 16Ψ = %.0f MB; SHARD_GRAD_OP 4Ψ + 12Ψ/N; "
+              "FULL_SHARD 16Ψ/N + 4 x largest unit (%lld params unsharded = %.0f MB). Growth is over the RSS just "
+              "before the model is built (max over ranks); \"whole fit\" includes building the full model on every "
+              "rank before sharding, \"training\" is the peak from the first step on%s. Sent: ring model DDP / "
+              "NO_SHARD 2(N-1)/N·4Ψ, SHARD_GRAD_OP and FULL_SHARD (N-1)/N·4Ψ gathered + (N-1)/N·4Ψ "
+              "reduce-scattered (+ another (N-1)/N·4Ψ for FULL_SHARD's re-gather in backward).\n",
+              mb(16 * psi), static_cast<long long>(any->largest_unit), mb(4.0 * static_cast<double>(any->largest_unit)),
+              reset_everywhere ? "" : " (peak reset refused by the kernel: training = whole fit)");
+
+  std::map<std::pair<std::string, int64_t>, const Row*> by;
+  for (const auto& r : rows)
+    if (r.ok) by[{r.strategy, r.world}] = &r;
+  const Row* base = by.count({"DDP", 1}) ? by[{"DDP", 1}] : nullptr;
+  std::string ratios;
+  char buf[256];
+  for (int64_t world : a.worlds) {
+    if (world < 2) continue;
+    const Row* fs = by.count({"FULL_SHARD", world}) ? by[{"FULL_SHARD", world}] : nullptr;
+    const Row* ddp = by.count({"DDP", world}) ? by[{"DDP", world}] : nullptr;
+    if (fs && base) {
+      std::snprintf(buf, sizeof buf, "%sFULL_SHARD world %lld / DDP world 1: training growth %.2fx (1/N = %.2f), "
+                    "step time %.2fx", ratios.empty() ? "" : "; ", static_cast<long long>(world),
+                    fs->train_growth / base->train_growth, 1.0 / static_cast<double>(world), fs->step_s / base->step_s);
+      ratios += buf;
+    }
+    if (fs && ddp) {
+      std::snprintf(buf, sizeof buf, "%sFULL_SHARD / DDP at world %lld: growth %.2fx, step time %.2fx, sent %.2fx",
+                    ratios.empty() ? "" : "; ", static_cast<long long>(world), fs->train_growth / ddp->train_growth,
+                    fs->step_s / ddp->step_s, ddp->sent > 0 ? fs->sent / ddp->sent : 0.0);
+      ratios += buf;
+    }
+  }
+  if (!ratios.empty()) std::printf("Ratios: %s.\n", ratios.c_str());
+  std::printf("Total wall time %.0f s.\n", seconds_since(t_all));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    // Pin glibc's mmap threshold (this also stops its dynamic growth) so freed large tensors are
+    // unmapped at once and RSS follows live memory.
+    ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+    ::mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
+    const Args a = parse(argc, argv);
+    if (!a.run_strategy.empty()) {
+      if (a.out.empty()) throw std::invalid_argument("--run needs --out FILE");
+      return run_one(a);
+    }
+    return run_all(argc, argv, a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_fsdp: error: %s\n", e.what());
+    return 1;
+  }
+}

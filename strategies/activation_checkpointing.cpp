@@ -1,0 +1,174 @@
+#include "volt/strategies/activation_checkpointing.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/torch.h>
+
+#include <mutex>
+
+#include "volt/core/compat.h"
+#include "volt/core/errors.h"
+#include "volt/strategies/module_policy.h"
+
+namespace volt {
+
+namespace {
+
+/// The default generators' states: the CPU one and that of every CUDA device the inputs live on.
+struct RngSnapshot {
+  std::vector<std::pair<at::Generator, torch::Tensor>> states;
+
+  static RngSnapshot capture(const TensorVec& inputs) {
+    std::vector<at::Generator> gens{at::detail::getDefaultCPUGenerator()};
+    for (const auto& t : inputs) {
+      if (!t.defined() || !t.is_cuda()) continue;
+      at::Generator g = at::globalContext().defaultGenerator(t.device());
+      bool seen = false;
+      for (const auto& h : gens) seen = seen || h == g;
+      if (!seen) gens.push_back(g);
+    }
+    RngSnapshot s;
+    for (auto& g : gens) {
+      std::lock_guard<std::mutex> lock(g.mutex());
+      s.states.emplace_back(g, g.get_state());
+    }
+    return s;
+  }
+  /// The current states of the same generators.
+  RngSnapshot now() const {
+    RngSnapshot s;
+    for (const auto& [g, st] : states) {
+      at::Generator gen = g;
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      s.states.emplace_back(gen, gen.get_state());
+    }
+    return s;
+  }
+  void restore() const {
+    for (const auto& [g, st] : states) {
+      at::Generator gen = g;
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(st);
+    }
+  }
+};
+
+class CheckpointBackward : public torch::autograd::Node {
+ public:
+  CheckpointBackward(ForwardFn fn, TensorVec inputs, RngSnapshot rng, compat::AutocastState autocast,
+                     std::string module_name)
+      : fn_(std::move(fn)), inputs_(std::move(inputs)), rng_(std::move(rng)), autocast_(autocast),
+        module_name_(std::move(module_name)) {
+    for (const auto& t : inputs_) versions_.push_back(t.defined() ? t._version() : 0);
+  }
+  std::string name() const override { return "ActivationCheckpointBackward"; }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    VOLT_CHECK(fn_ != nullptr, ConfigError, "activation checkpointing of '", module_name_,
+               "': backward ran twice through the same forward (retain_graph is not supported with checkpointing)");
+    for (size_t i = 0; i < inputs_.size(); ++i)
+      VOLT_CHECK(!inputs_[i].defined() || inputs_[i]._version() == versions_[i], ConfigError,
+                 "activation checkpointing of '", module_name_, "': input ", i,
+                 " was modified in place after the forward; the recomputation would differ");
+    torch::autograd::variable_list result(inputs_.size());
+    if (grads.empty() || !grads[0].defined()) {
+      release();
+      return result;
+    }
+    TensorVec x;
+    for (const auto& t : inputs_) {
+      if (!t.defined()) {
+        x.push_back(t);
+        continue;
+      }
+      torch::Tensor d = t.detach();
+      d.requires_grad_(t.requires_grad());
+      x.push_back(d);
+    }
+    // Recompute with the forward's RNG and autocast; put this thread's own back afterwards.
+    RngSnapshot current = rng_.now();
+    const auto autocast_now = compat::AutocastState::capture();
+    rng_.restore();
+    autocast_.apply();
+    torch::Tensor out;
+    try {
+      torch::AutoGradMode grad(true);
+      out = fn_(x);
+    } catch (...) {
+      autocast_now.apply();
+      current.restore();
+      throw;
+    }
+    if (autocast_.cpu || autocast_.cuda) compat::clear_autocast_cache();
+    autocast_now.apply();
+    current.restore();
+    if (out.requires_grad()) torch::autograd::backward({out}, {grads[0]});
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i].defined() && x[i].requires_grad()) result[i] = x[i].grad();
+    release();
+    return result;
+  }
+
+ private:
+  void release() {
+    fn_ = nullptr;
+    inputs_.clear();
+  }
+  ForwardFn fn_;
+  TensorVec inputs_;
+  std::vector<int64_t> versions_;
+  RngSnapshot rng_;
+  compat::AutocastState autocast_;
+  std::string module_name_;
+};
+
+}  // namespace
+
+torch::Tensor ActivationCheckpointing::around(torch::nn::Module& module, const TensorVec& inputs,
+                                              const ForwardFn& next) {
+  if (!torch::GradMode::is_enabled()) return next(inputs);
+  bool needs_grad = false;
+  for (const auto& t : inputs) needs_grad = needs_grad || (t.defined() && t.requires_grad());
+  for (const auto& p : module.parameters()) needs_grad = needs_grad || p.requires_grad();
+  if (!needs_grad) return next(inputs);
+
+  RngSnapshot rng = RngSnapshot::capture(inputs);
+  const auto autocast = compat::AutocastState::capture();
+  torch::Tensor out;
+  {
+    torch::NoGradGuard no_grad;  // no graph, so no activations kept
+    out = next(inputs);
+  }
+  if (out.is_view()) out = out.clone();  // the node must own a fresh output, not a view of an input
+  std::shared_ptr<CheckpointBackward> node(
+      new CheckpointBackward(next, inputs, std::move(rng), autocast, module.name()), torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+  torch::autograd::create_gradient_edge(out, node);
+  return out;
+}
+
+size_t apply_activation_checkpointing(torch::nn::Module& root, const ModulePolicy& policy,
+                                      const std::string& config_key) {
+  auto picked = select_modules(root, policy, config_key, "activation checkpointing");
+  auto interceptor = std::make_shared<ActivationCheckpointing>();
+  for (auto& [name, m] : picked) {
+    auto* h = dynamic_cast<HookedModule*>(m);
+    if (!h->has_interceptor(ActivationCheckpointing::kName))
+      h->add_interceptor(interceptor, ActivationCheckpointing::kPriority);
+  }
+  return picked.size();
+}
+
+size_t remove_activation_checkpointing(torch::nn::Module& root) {
+  size_t n = 0;
+  // modules(include_self=true) would need `root` to be held by a shared_ptr; a module on the stack is fine here.
+  if (auto* h = dynamic_cast<HookedModule*>(&root)) n += h->remove_interceptors(ActivationCheckpointing::kName);
+  for (const auto& m : root.modules(/*include_self=*/false))
+    if (auto* h = dynamic_cast<HookedModule*>(m.get())) n += h->remove_interceptors(ActivationCheckpointing::kName);
+  return n;
+}
+
+}  // namespace volt
