@@ -139,8 +139,19 @@ torch::Tensor ActivationCheckpointing::around(torch::nn::Module& module, const T
   const auto autocast = compat::AutocastState::capture();
   torch::Tensor out;
   {
-    torch::NoGradGuard no_grad;  // no graph, so no activations kept
-    out = next(inputs);
+    // No graph, so no activations kept. Autocast's weight-cast cache stays off meanwhile: a cast
+    // cached here would carry no autograd history, and the recomputation would reuse it and
+    // leave the weight without a gradient.
+    torch::NoGradGuard no_grad;
+    const bool cache = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    try {
+      out = next(inputs);
+    } catch (...) {
+      at::autocast::set_autocast_cache_enabled(cache);
+      throw;
+    }
+    at::autocast::set_autocast_cache_enabled(cache);
   }
   if (out.is_view()) out = out.clone();  // the node must own a fresh output, not a view of an input
   std::shared_ptr<CheckpointBackward> node(

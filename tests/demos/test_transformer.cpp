@@ -72,11 +72,12 @@ double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
 struct CountingInterceptor : volt::ForwardInterceptor {
   int calls = 0;
   std::vector<size_t> input_counts;
-  bool all_defined = true;
-  torch::Tensor around(torch::nn::Module&, const volt::TensorVec& inputs, const volt::ForwardFn& next) override {
+  bool all_defined = true;  // every activation input; the encoder's mask is undefined (nn.Transformer passes none)
+  torch::Tensor around(torch::nn::Module& m, const volt::TensorVec& inputs, const volt::ForwardFn& next) override {
     ++calls;
     input_counts.push_back(inputs.size());
-    for (const auto& t : inputs) all_defined = all_defined && t.defined();
+    const size_t n = m.name() == "TransformerEncoderLayer" ? 1 : inputs.size();
+    for (size_t i = 0; i < n; ++i) all_defined = all_defined && inputs[i].defined();
     return next(inputs);
   }
   const char* name() const override { return "counting"; }

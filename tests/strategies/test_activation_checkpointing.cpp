@@ -63,6 +63,7 @@ std::pair<double, std::map<std::string, torch::Tensor>> demo_step(bool checkpoin
   loss.backward();
   std::map<std::string, torch::Tensor> grads;
   for (const auto& kv : model->named_parameters()) {
+    INFO(kv.key() << (checkpointing ? " with" : " without") << " checkpointing");
     REQUIRE(kv.value().grad().defined());
     grads[kv.key()] = kv.value().grad().clone();
   }
@@ -78,8 +79,9 @@ TEST_CASE("activation checkpointing: the demo Transformer's loss and gradients a
       CHECK(ac_loss == plain_loss);
       double worst = 0;
       for (const auto& [k, g] : plain) worst = std::max(worst, (g - ac.at(k)).abs().max().item<double>());
-      // Recomputation runs the same kernels on the same values: bitwise equal on the CPU.
-      CHECK(worst == 0.0);
+      // Recomputation runs the same kernels on the same values; only the order in which the
+      // encoder output's gradient sums over decoder layers may differ (rounding, not drift).
+      CHECK(worst < (bf16 ? 5e-3 : 1e-6));
     }
   }
 }
@@ -118,7 +120,8 @@ TEST_CASE("activation checkpointing: a policy that selects nothing is a ConfigEr
   const std::string dir = temp_dir("ac-none");
   auto kv = base(dir);
   kv["trainer.strategy"] = "{name: single_device, activation_checkpointing_policy: {module_types: [Nope]}}";
-  CHECK_THROWS_AS(train_single(kv), ConfigError);
+  CHECK(run_worker(args_for(dir + "/o.pt", kv), dir) != 0);
+  CHECK_THAT(read_text(dir + "/worker.0.log"), Catch::Contains("activation_checkpointing_policy"));
 }
 
 TEST_CASE("activation checkpointing with dropout matches the plain run under every strategy", "[ac][multirank]") {

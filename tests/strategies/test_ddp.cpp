@@ -210,7 +210,7 @@ TEST_CASE("ModelCheckpoint: ranks that disagree on the monitored value save toge
   kv["rank_metric"] = "true";
   kv["checkpoint_monitor"] = "val_rank";
   kv["checkpoint_top_k"] = "2";
-  kv["checkpoint_filename"] = "{epoch}-{val_rank:.2f}";
+  kv["checkpoint_filename"] = "'{epoch}-{val_rank:.2f}'";  // quoted: a bare {...} is a YAML map
   REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir, 180) == 0);
   std::set<std::string> files;
   for (auto& e : std::filesystem::directory_iterator(dir + "/checkpoints")) files.insert(e.path().filename().string());
