@@ -13,7 +13,7 @@
 //     timed steps). This is the figure AC reduces and the one the ratio line uses,
 // next to an analytic count of what autograd keeps (see expected() below).
 //
-// Usage: bench_ac [data_dir] [--steps 3] [--warmup 1] [--batch 8] [--block 256] [--vocab 0] [--ninp 256]
+// Usage: bench_ac [data_dir] [--steps 2] [--warmup 1] [--batch 8] [--block 128] [--vocab 0] [--ninp 256]
 //                 [--nhead 4] [--nhid 1024] [--nlayers 4] [--dropout 0.2] [--lr 3e-4]
 // (data_dir defaults to ../shared/data/wikitext-2; --vocab 0 = the data's vocabulary.)
 //
@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "volt/demos/language_model.h"
 #include "volt/demos/wikitext2_data.h"
 #include "volt/distributed/launcher.h"
@@ -48,7 +49,7 @@ namespace {
 
 struct Args {
   std::string data_dir = "../shared/data/wikitext-2";
-  int64_t steps = 3, warmup = 1, batch = 8, block = 256;
+  int64_t steps = 2, warmup = 1, batch = 8, block = 128;
   int64_t vocab = 0;  // 0: the data's vocabulary
   int64_t ninp = 256, nhead = 4, nhid = 1024, nlayers = 4;
   double dropout = 0.2, lr = 3e-4;
@@ -88,31 +89,10 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-/// A "VmXXX:" field of /proc/self/status in bytes, or -1.
-double proc_status_bytes(const char* key) {
-  std::ifstream in("/proc/self/status");
-  const size_t n = std::strlen(key);
-  for (std::string line; std::getline(in, line);)
-    if (line.compare(0, n, key) == 0) return std::stod(line.substr(n)) * 1024.0;  // "  123456 kB"
-  return -1;
-}
-double rss_bytes() { return proc_status_bytes("VmRSS:"); }
-double hwm_bytes() { return proc_status_bytes("VmHWM:"); }
-
-/// Resets VmHWM to the current RSS ("5" > /proc/self/clear_refs, Linux >= 4.0); false if refused.
-bool reset_peak() {
-  FILE* f = std::fopen("/proc/self/clear_refs", "w");
-  if (!f) return false;
-  const bool ok = std::fputs("5", f) >= 0;
-  return std::fclose(f) == 0 && ok;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::hwm_bytes;
+using bench::median;
+using bench::reset_peak;
+using bench::rss_bytes;
 
 /// Step times and memory of one configuration.
 class Probe : public Callback {
@@ -243,24 +223,7 @@ Expected expected(const Args& a, int64_t vocab) {
 }
 
 int spawn(char** argv, int argc, const std::string& config, const std::string& out) {
-  std::vector<std::string> args(argv, argv + argc);
-  args.insert(args.end(), {"--run", config, "--out", out});
-  std::vector<char*> cargv;
-  for (auto& s : args) cargv.push_back(s.data());
-  cargv.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = ::fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    ::execv("/proc/self/exe", cargv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return volt::bench::spawn_self(argv, argc, {"--run", config, "--out", out});
 }
 
 int run_all(int argc, char** argv, const Args& a) {
@@ -342,8 +305,7 @@ int main(int argc, char** argv) {
   try {
     // Pin glibc's mmap threshold (this also stops its dynamic growth) so freed large tensors are
     // unmapped at once and RSS follows live memory.
-    ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
-    ::mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
+    bench::track_live_memory();
     const Args a = parse(argc, argv);
     if (!a.run.empty()) {
       if (a.out.empty()) throw std::invalid_argument("--run needs --out FILE");

@@ -12,7 +12,8 @@
 //
 // Usage: bench_fsdp [data_dir] [--steps 3] [--warmup 1] [--batch 2] [--block 32] [--vocab 33278] [--ninp 512]
 //                   [--nhead 8] [--nhid 2048] [--nlayers 10] [--lr 3e-4]
-//                   [--worlds 1,2,4] [--strategies ddp,no_shard,shard_grad_op,full_shard]
+//                   [--worlds 1,2,4] [--strategies ddp,no_shard,shard_grad_op,full_shard] [--results FILE]
+// A full run takes about 15 minutes on 2 cores; --results FILE keeps the raw results and resumes.
 // (data_dir defaults to ../shared/data/wikitext-2.)
 //
 // How it runs: the process you start runs nothing itself; for every (strategy, world) it starts this
@@ -43,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "volt/demos/language_model.h"
 #include "volt/demos/wikitext2_data.h"
 #include "volt/distributed/launcher.h"
@@ -69,6 +71,9 @@ struct Args {
   std::string run_strategy;
   int64_t run_world = 0;
   std::string out;
+  // --results FILE: keep the raw results there and skip configurations it already has (a long
+  // run can be resumed, or the table printed again from a finished one).
+  std::string results;
 };
 
 std::string upper(std::string s) {
@@ -118,6 +123,7 @@ Args parse(int argc, char** argv) {
       a.run_strategy = upper(value());
       a.run_world = std::stoll(value());
     } else if (k == "--out") a.out = value();
+    else if (k == "--results") a.results = value();
     else if (k.rfind("--", 0) == 0) throw std::invalid_argument("unknown option " + k);
     else if (!have_dir) {
       a.data_dir = k;
@@ -128,31 +134,10 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-/// A "VmXXX:" field of /proc/self/status in bytes, or -1.
-double proc_status_bytes(const char* key) {
-  std::ifstream in("/proc/self/status");
-  const size_t n = std::strlen(key);
-  for (std::string line; std::getline(in, line);)
-    if (line.compare(0, n, key) == 0) return std::stod(line.substr(n)) * 1024.0;  // "  123456 kB"
-  return -1;
-}
-double rss_bytes() { return proc_status_bytes("VmRSS:"); }
-double hwm_bytes() { return proc_status_bytes("VmHWM:"); }
-
-/// Resets VmHWM to the current RSS ("5" > /proc/self/clear_refs, Linux >= 4.0); false if refused.
-bool reset_peak() {
-  FILE* f = std::fopen("/proc/self/clear_refs", "w");
-  if (!f) return false;
-  const bool ok = std::fputs("5", f) >= 0;
-  return std::fclose(f) == 0 && ok;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::hwm_bytes;
+using bench::median;
+using bench::reset_peak;
+using bench::rss_bytes;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -293,32 +278,28 @@ double expected_bytes(const Row& r) {
 
 /// Runs one configuration as a child process (this binary with --run); rank 0 writes to `out`.
 int spawn(char** argv, int argc, const std::string& strategy, int64_t world, const std::string& out) {
-  std::vector<std::string> args(argv, argv + argc);
-  args.insert(args.end(), {"--run", strategy, std::to_string(world), "--out", out});
-  std::vector<char*> cargv;
-  for (auto& s : args) cargv.push_back(s.data());
-  cargv.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = ::fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    ::execv("/proc/self/exe", cargv.data());
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return volt::bench::spawn_self(argv, argc, {"--run", strategy, std::to_string(world), "--out", out});
 }
 
 int run_all(int argc, char** argv, const Args& a) {
   char tmpl[] = "/tmp/bench_fsdp_XXXXXX";
-  const int fd = ::mkstemp(tmpl);
-  if (fd < 0) throw std::runtime_error("cannot create a temp file");
-  ::close(fd);
-  const std::string out = tmpl;
+  std::string out = a.results;
+  if (out.empty()) {
+    const int fd = ::mkstemp(tmpl);
+    if (fd < 0) throw std::runtime_error("cannot create a temp file");
+    ::close(fd);
+    out = tmpl;
+  }
+  auto have_result = [&](const std::string& s, int64_t world) {
+    std::ifstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream f(line);
+      std::string st;
+      int64_t vocab = 0, w = 0;
+      if (f >> st >> vocab >> w && st == s && w == world) return true;
+    }
+    return false;
+  };
   const int64_t cores = volt::detail::available_cores();
 
   std::vector<Row> rows;
@@ -326,14 +307,18 @@ int run_all(int argc, char** argv, const Args& a) {
   for (int64_t world : a.worlds) {
     for (const auto& s : a.strategies) {
       if (world < 1 || (world == 1 && s != "DDP")) continue;  // FSDP at world 1: nothing to shard
+      Row r;
+      r.strategy = s;
+      r.world = world;
+      if (have_result(s, world)) {
+        rows.push_back(r);
+        continue;
+      }
       std::fprintf(stderr, "bench_fsdp: %s, world %lld ...\n", s.c_str(), static_cast<long long>(world));
       const auto t0 = Clock::now();
       const int rc = spawn(argv, argc, s, world, out);
       std::fprintf(stderr, "bench_fsdp: %s, world %lld: exit %d after %.0f s\n", s.c_str(),
                    static_cast<long long>(world), rc, seconds_since(t0));
-      Row r;
-      r.strategy = s;
-      r.world = world;
       if (rc != 0) r.error = "failed (exit " + std::to_string(rc) + ")";
       rows.push_back(r);
     }
@@ -350,7 +335,7 @@ int run_all(int argc, char** argv, const Args& a) {
     for (auto& row : rows)
       if (row.strategy == r.strategy && row.world == r.world && row.error.empty()) row = r;
   }
-  std::remove(out.c_str());
+  if (a.results.empty()) std::remove(out.c_str());
 
   const Row* any = nullptr;
   for (const auto& r : rows)
@@ -387,13 +372,16 @@ int run_all(int argc, char** argv, const Args& a) {
                 static_cast<long long>(r.world), static_cast<long long>(r.threads), r.step_s, mb(r.peak),
                 mb(r.growth), mb(r.train_growth), mb(e), r.train_growth / e, mb(r.sent), r.sent / (4 * psi));
   }
+  int64_t largest = 0;
+  for (const auto& r : rows)
+    if (r.ok) largest = std::max(largest, r.largest_unit);
   std::printf("\nExpected (fp32 Adam, 16 bytes/param): DDP and NO_SHARD 16Ψ = %.0f MB; SHARD_GRAD_OP 4Ψ + 12Ψ/N; "
               "FULL_SHARD 16Ψ/N + 4 x largest unit (%lld params unsharded = %.0f MB). Growth is over the RSS just "
               "before the model is built (max over ranks); \"whole fit\" includes building the full model on every "
               "rank before sharding, \"training\" is the peak from the first step on%s. Sent: ring model DDP / "
               "NO_SHARD 2(N-1)/N·4Ψ, SHARD_GRAD_OP and FULL_SHARD (N-1)/N·4Ψ gathered + (N-1)/N·4Ψ "
               "reduce-scattered (+ another (N-1)/N·4Ψ for FULL_SHARD's re-gather in backward).\n",
-              mb(16 * psi), static_cast<long long>(any->largest_unit), mb(4.0 * static_cast<double>(any->largest_unit)),
+              mb(16 * psi), static_cast<long long>(largest), mb(4.0 * static_cast<double>(largest)),
               reset_everywhere ? "" : " (peak reset refused by the kernel: training = whole fit)");
 
   std::map<std::pair<std::string, int64_t>, const Row*> by;
@@ -430,8 +418,7 @@ int main(int argc, char** argv) {
   try {
     // Pin glibc's mmap threshold (this also stops its dynamic growth) so freed large tensors are
     // unmapped at once and RSS follows live memory.
-    ::mallopt(M_MMAP_THRESHOLD, 256 * 1024);
-    ::mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
+    bench::track_live_memory();
     const Args a = parse(argc, argv);
     if (!a.run_strategy.empty()) {
       if (a.out.empty()) throw std::invalid_argument("--run needs --out FILE");

@@ -8,9 +8,13 @@
 namespace volt::detail {
 
 FlatParam::FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries, int64_t shard_rank,
-                     int64_t shard_size, at::ScalarType param_dtype, torch::Device device)
+                     int64_t shard_size, at::ScalarType param_dtype, torch::Device device, bool offload)
     : unit_name_(std::move(unit_name)), entries_(std::move(entries)), shard_rank_(shard_rank),
       shard_size_(shard_size), param_dtype_(param_dtype) {
+  // With CPU offload the shard (and so its gradient and the optimizer state) lives in pinned host
+  // memory; only the gathered parameters are on the compute device.
+  offload_ = offload && !device.is_cpu();
+  const torch::Device shard_device = offload_ ? torch::Device(torch::kCPU) : device;
   torch::NoGradGuard ng;
   for (auto& e : entries_) {
     e.offset = numel_;
@@ -22,12 +26,14 @@ FlatParam::FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries,
   if (padded_ == 0) padded_ = shard_size_;
   const int64_t sn = padded_ / shard_size_;
   // The initial full flat values, then this rank's shard of them.
-  auto fopts = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  auto fopts = torch::TensorOptions().dtype(torch::kFloat).device(shard_device);
   torch::Tensor flat = torch::zeros({padded_}, fopts);
   for (auto& e : entries_) flat.narrow(0, e.offset, e.numel).copy_(e.param.detach().reshape(-1));
   shard_ = flat.narrow(0, shard_rank_ * sn, sn).clone();
+  if (offload_) shard_ = shard_.pin_memory();
+  flat = torch::Tensor();
   // Module parameters become views into the unsharded buffer.
-  full_ = torch::empty({padded_}, fopts.dtype(param_dtype_));
+  full_ = torch::empty({padded_}, fopts.dtype(param_dtype_).device(device));
   for (auto& e : entries_) e.param.set_data(full_.narrow(0, e.offset, e.numel).view(e.shape));
   compat::free_storage(full_);
   // This rank's slices of each parameter (what the optimizer sees).
@@ -53,7 +59,8 @@ void FlatParam::unshard_async(ProcessGroup* pg) {
   if (state_ != UnitState::Sharded) return;
   compat::refill_storage(full_, static_cast<size_t>(padded_) * full_.element_size());
   at::AutoDispatchBelowADInplaceOrView guard;
-  send_ = shard_.to(param_dtype_);
+  // Offloaded: an asynchronous copy from pinned memory, cast on the way.
+  send_ = shard_.to(torch::TensorOptions().device(full_.device()).dtype(param_dtype_), /*non_blocking=*/offload_);
   if (pg == nullptr || pg->size() == 1) {
     full_.copy_(send_);
     state_ = UnitState::Unsharded;
@@ -90,11 +97,18 @@ void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate
   bool any = false;
   for (auto& e : entries_) any = any || e.param.grad().defined();
   const int64_t sn = shard_numel(), chunk = sn + 1;
-  auto opts = torch::TensorOptions().dtype(reduce_dtype).device(shard_.device());
+  auto opts = torch::TensorOptions().dtype(reduce_dtype).device(full_.device());
   torch::Tensor flat = torch::zeros({padded_}, opts);
   for (auto& e : entries_) {
     if (e.param.grad().defined()) flat.narrow(0, e.offset, e.numel).copy_(e.param.grad().reshape(-1));
     e.param.mutable_grad() = torch::Tensor();  // free the full gradient
+  }
+  const bool alone = shard_size_ == 1 && (!replicate_pg || replicate_pg->size() == 1);
+  if (alone) {
+    // Nobody to agree with: no flag, no collective, no device sync.
+    if (!any) return;
+    accumulate_shard_grad(flat.narrow(0, 0, sn).to(torch::kFloat).div_(static_cast<double>(world_size)));
+    return;
   }
   // Rank r's chunk: its sn gradient values, then the flag.
   torch::Tensor flags = torch::full({shard_size_, 1}, any ? 1.0 : 0.0, opts);
@@ -110,11 +124,16 @@ void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate
   }
   if (replicate_pg && replicate_pg->size() > 1) replicate_pg->all_reduce(g, ReduceOp::Sum);
   if (g[sn].item<float>() == 0) return;  // no rank had a gradient for this unit
-  g = g.narrow(0, 0, sn).div_(static_cast<double>(world_size));
+  accumulate_shard_grad(g.narrow(0, 0, sn).div_(static_cast<double>(world_size)));
+}
+
+void FlatParam::accumulate_shard_grad(const torch::Tensor& g) {
+  // Offloaded: the gradient shard joins the master shard in host memory, where the optimizer steps.
+  torch::Tensor local = offload_ ? g.to(torch::kCPU) : g;
   if (shard_grad_.defined())
-    shard_grad_.add_(g);
+    shard_grad_.add_(local);
   else
-    shard_grad_ = g;
+    shard_grad_ = local;
 }
 
 void FlatParam::expose_slice_grads() {

@@ -36,8 +36,11 @@ enum class UnitState { Sharded, Gathering, Unsharded };
 class FlatParam {
  public:
   /// Takes over `entries` (their current values become the initial weights).
+  /// `offload` (CPU offload, for a CUDA `device`): the fp32 shard, its gradient and so the optimizer
+  /// state live in pinned host memory; only the gathered parameters use the device.
   FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries, int64_t shard_rank, int64_t shard_size,
-            at::ScalarType param_dtype, torch::Device device);
+            at::ScalarType param_dtype, torch::Device device, bool offload = false);
+  bool offloaded() const { return offload_; }
 
   const std::string& unit_name() const { return unit_name_; }
   int64_t numel() const { return numel_; }
@@ -78,8 +81,11 @@ class FlatParam {
   torch::Tensor shard_grad_;  // fp32
   torch::Tensor full_;        // param dtype, storage freed when sharded
   torch::Tensor send_;        // shard cast to param dtype for the gather
+  bool offload_ = false;
   CollectiveWork work_;
   UnitState state_ = UnitState::Sharded;
+
+  void accumulate_shard_grad(const torch::Tensor& g);
 };
 
 }  // namespace volt::detail

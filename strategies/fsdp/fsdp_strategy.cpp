@@ -138,20 +138,23 @@ void FSDPStrategy::setup_module(LightningModule& module) {
   units_.resize(picked.size() + 1);
   units_[0].name = "";
   units_[0].module = &module;
+  // cpu_offload matters only with a GPU: on the CPU everything already lives in host memory.
+  const bool offload = options_.cpu_offload && !root_device().is_cpu();
   units_[0].flat = std::make_unique<detail::FlatParam>("<root>", std::move(root), shard_rank, shard_size_,
-                                                        param_dtype_, root_device());
+                                                        param_dtype_, root_device(), offload);
   for (size_t i = 0; i < picked.size(); ++i) {
     Unit& u = units_[i + 1];
     u.name = picked[i].first;
     u.module = picked[i].second;
     u.flat = std::make_unique<detail::FlatParam>(u.name, std::move(entries[i]), shard_rank, shard_size_, param_dtype_,
-                                                 root_device());
+                                                 root_device(), offload);
     dynamic_cast<HookedModule*>(u.module)
         ->add_interceptor(std::make_shared<FSDPUnitInterceptor>(this, i + 1, alive_), /*priority=*/0);
   }
   for (size_t i = 0; i < units_.size(); ++i) install_grad_hooks(i);
-  spdlog::info("FSDP {}: {} unit(s) + root, shard group {} x replicate {}, param dtype {}", options_.sharding_strategy,
-               picked.size(), shard_size_, replicate_size_, c10::toString(param_dtype_));
+  spdlog::info("FSDP {}: {} unit(s) + root, shard group {} x replicate {}, param dtype {}{}", options_.sharding_strategy,
+               picked.size(), shard_size_, replicate_size_, c10::toString(param_dtype_),
+               offload ? ", shards and optimizer state offloaded to pinned host memory" : "");
 }
 
 void FSDPStrategy::install_grad_hooks(size_t ui) {
@@ -213,14 +216,18 @@ bool FSDPStrategy::may_prefetch() const {
   return in_flight < 2;
 }
 
+void FSDPStrategy::prefetch_backward(size_t ui) {
+  // The unit whose backward comes next: the one that ran just before `ui` in this step's forward.
+  if (!may_prefetch()) return;
+  auto it = std::find(current_order_.begin(), current_order_.end(), ui);
+  if (it == current_order_.end() || it == current_order_.begin()) return;
+  units_[*(it - 1)].flat->unshard_async(shard_pg());
+}
+
 void FSDPStrategy::prefetch_after(size_t ui, bool backward) {
   if (!may_prefetch()) return;
-  const auto& order = backward ? forward_order_ : current_order_;
   if (backward) {
-    if (options_.backward_prefetch != "BACKWARD_PRE") return;
-    auto it = std::find(order.begin(), order.end(), ui);
-    if (it == order.end() || it == order.begin()) return;
-    units_[*(it - 1)].flat->unshard_async(shard_pg());
+    if (options_.backward_prefetch == "BACKWARD_PRE") prefetch_backward(ui);
   } else {
     if (!options_.forward_prefetch || forward_order_.empty()) return;
     // The unit that ran after this one in the previous iteration.
@@ -262,6 +269,9 @@ void FSDPStrategy::on_unit_grads_ready(size_t ui) {
   // A unit with a frozen parameter stays gathered until finish_backward: later backward nodes may
   // still read the frozen weight (e.g. for the input gradient) after all trainable grads arrived.
   if (ui != 0 && (!u.has_frozen || !in_backward_)) reshard(ui);
+  // BACKWARD_POST: the next unit's gather starts once this unit's gradients are done (less overlap
+  // than BACKWARD_PRE, one unit less in memory at the peak).
+  if (in_backward_ && options_.backward_prefetch == "BACKWARD_POST") prefetch_backward(ui);
 }
 
 torch::Tensor FSDPStrategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
@@ -451,7 +461,8 @@ void FSDPStrategy::teardown(LightningModule& module) {
     torch::Tensor full = u.flat->gather_full_fp32(shard_pg());
     for (auto& e : u.flat->entries()) {
       e.param.mutable_grad() = torch::Tensor();
-      e.param.set_data(full.narrow(0, e.offset, e.numel).view(e.shape).clone().to(precision_.param_dtype()));
+      e.param.set_data(
+          full.narrow(0, e.offset, e.numel).view(e.shape).to(root_device(), precision_.param_dtype()).clone());
     }
     if (u.module && u.module != &module)
       if (auto* h = dynamic_cast<HookedModule*>(u.module)) h->remove_interceptors("fsdp");

@@ -94,6 +94,7 @@ class FSDPStrategy : public ParallelStrategy {
   void unshard(size_t unit);
   void reshard(size_t unit);
   void prefetch_after(size_t unit, bool backward);
+  void prefetch_backward(size_t unit);
   void finish_backward();
   void install_grad_hooks(size_t unit);
   bool may_prefetch() const;

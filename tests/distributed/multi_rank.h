@@ -50,6 +50,21 @@ inline WorkerResult read_worker_output(const std::string& path) {
   return r;
 }
 
+/// Worker overrides for a quiet run of 2 epochs under `root`: no progress bar, summary, checkpoints
+/// or sanity validation.
+inline std::map<std::string, std::string> quiet_worker_kv(const std::string& root) {
+  return {{"trainer.default_root_dir", root},        {"trainer.enable_progress_bar", "false"},
+          {"trainer.enable_model_summary", "false"}, {"trainer.enable_checkpointing", "false"},
+          {"trainer.num_sanity_val_steps", "0"},     {"trainer.max_epochs", "2"}};
+}
+/// The same, with the 3-block model of width 33 (flat sizes not divisible by the world size).
+inline std::map<std::string, std::string> quiet_blocks_kv(const std::string& root) {
+  auto kv = quiet_worker_kv(root);
+  kv["blocks"] = "3";
+  kv["hidden"] = "33";
+  return kv;
+}
+
 /// Trains the worker's model in this process on one device with `overrides` (worker keys) and
 /// returns what the worker would write. batch_size is the global batch.
 WorkerResult train_single(const std::map<std::string, std::string>& overrides);

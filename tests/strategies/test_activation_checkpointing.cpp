@@ -19,11 +19,9 @@ using namespace volt::testing;
 
 namespace {
 std::map<std::string, std::string> base(const std::string& root) {
-  return {{"trainer.default_root_dir", root},        {"trainer.enable_progress_bar", "false"},
-          {"trainer.enable_model_summary", "false"}, {"trainer.enable_checkpointing", "false"},
-          {"trainer.num_sanity_val_steps", "0"},     {"trainer.max_epochs", "2"},
-          {"blocks", "3"},                            {"hidden", "33"},
-          {"dropout", "0.3"}};
+  auto kv = quiet_blocks_kv(root);
+  kv["dropout"] = "0.3";
+  return kv;
 }
 const std::string kBlocks = "{module_types: [Block]}";
 

@@ -11,12 +11,7 @@ using namespace volt;
 using namespace volt::testing;
 
 namespace {
-std::map<std::string, std::string> base(const std::string& root) {
-  return {{"trainer.default_root_dir", root},        {"trainer.enable_progress_bar", "false"},
-          {"trainer.enable_model_summary", "false"}, {"trainer.enable_checkpointing", "false"},
-          {"trainer.num_sanity_val_steps", "0"},     {"trainer.max_epochs", "2"},
-          {"blocks", "3"},                            {"hidden", "33"}};
-}
+std::map<std::string, std::string> base(const std::string& root) { return quiet_blocks_kv(root); }
 const char* kFsdp = "{name: fsdp, sharding_strategy: FULL_SHARD, auto_wrap_policy: {module_types: [Block]}";
 }  // namespace
 
@@ -33,6 +28,9 @@ TEST_CASE("CUDA: DDP and FSDP on GPU tensors match single-process CPU training",
       {"FSDP FULL_SHARD, 2 Gloo ranks on one GPU", std::string(kFsdp) + "}", 2},
       {"DDP, 2 Gloo ranks on one GPU", "ddp", 2},
       {"FSDP FULL_SHARD, NCCL at world size 1", std::string(kFsdp) + ", process_group_backend: nccl}", 1},
+      {"FSDP FULL_SHARD with CPU offload, 2 ranks", std::string(kFsdp) + ", cpu_offload: true}", 2},
+      {"FSDP FULL_SHARD with CPU offload, NCCL at world size 1",
+       std::string(kFsdp) + ", cpu_offload: true, process_group_backend: nccl}", 1},
       {"FSDP SHARD_GRAD_OP with activation checkpointing, 2 ranks",
        "{name: fsdp, sharding_strategy: SHARD_GRAD_OP, auto_wrap_policy: {module_types: [Block]}, "
        "activation_checkpointing_policy: {module_types: [Block]}}",

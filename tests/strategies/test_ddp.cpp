@@ -12,11 +12,7 @@ using namespace volt;
 using namespace volt::testing;
 
 namespace {
-std::map<std::string, std::string> base_trainer(const std::string& root) {
-  return {{"trainer.default_root_dir", root},    {"trainer.enable_progress_bar", "false"},
-          {"trainer.enable_model_summary", "false"}, {"trainer.enable_checkpointing", "false"},
-          {"trainer.num_sanity_val_steps", "0"}, {"trainer.max_epochs", "2"}};
-}
+std::map<std::string, std::string> base_trainer(const std::string& root) { return quiet_worker_kv(root); }
 }  // namespace
 
 TEST_CASE("DDP on 2 and 4 ranks matches single-process training with the same global batch", "[ddp][multirank]") {

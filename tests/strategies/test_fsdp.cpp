@@ -9,12 +9,7 @@ using namespace volt;
 using namespace volt::testing;
 
 namespace {
-std::map<std::string, std::string> base(const std::string& root) {
-  return {{"trainer.default_root_dir", root},        {"trainer.enable_progress_bar", "false"},
-          {"trainer.enable_model_summary", "false"}, {"trainer.enable_checkpointing", "false"},
-          {"trainer.num_sanity_val_steps", "0"},     {"trainer.max_epochs", "2"},
-          {"blocks", "3"},                            {"hidden", "33"}};  // 33: flat sizes not divisible by the world
-}
+std::map<std::string, std::string> base(const std::string& root) { return quiet_blocks_kv(root); }
 std::string fsdp(const std::string& sharding, const std::string& extra = "") {
   return "{name: fsdp, sharding_strategy: " + sharding + ", auto_wrap_policy: {module_types: [Block]}" + extra + "}";
 }
@@ -34,9 +29,12 @@ TEST_CASE("FSDP: every sharding strategy matches single-process training and sha
       {"SHARD_GRAD_OP", 2, "", 2, "0.05", false}, {"SHARD_GRAD_OP", 4, "", 1, "", true},
       {"NO_SHARD", 2, "", 1, "0.05", true},       {"HYBRID_SHARD", 4, ", device_mesh: [2, 2]", 1, "0.05", true},
       {"_HYBRID_SHARD_ZERO2", 4, ", device_mesh: [2, 2]", 2, "", false},
+      // Prefetch and gather-limit options change when gathers start, never the result.
+      {"FULL_SHARD", 2, ", backward_prefetch: BACKWARD_POST, forward_prefetch: true", 1, "0.05", true},
+      {"FULL_SHARD", 4, ", backward_prefetch: none, forward_prefetch: true, limit_all_gathers: false", 2, "", false},
   };
   for (const auto& c : cases) {
-    DYNAMIC_SECTION(c.sharding << " world " << c.world << " accumulate " << c.accum << " clip '" << c.clip << "'") {
+    DYNAMIC_SECTION(c.sharding << " world " << c.world << " accumulate " << c.accum << " clip '" << c.clip << "'" << c.extra) {
       const std::string dir = temp_dir("fsdp");
       auto kv = base(dir);
       kv["trainer.accumulate_grad_batches"] = std::to_string(c.accum);
