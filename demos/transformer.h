@@ -119,6 +119,9 @@ class EncoderDecoder : public torch::nn::Module {
 
 /// Sinusoidal positional encoding plus dropout. The table (max_len x dim) is computed on first use
 /// on the input's device and is not a parameter or buffer, so it is absent from the state_dict.
+/// Deliberate difference from Lightning's demo: position t gets row t of the table (`pe[:, :T]`),
+/// while Lightning's code adds the single row `pe[:, T]` to every position (a bug there). The
+/// golden values (tests/golden/make_demo_golden.py) are computed with the corrected form.
 class PositionalEncoding : public torch::nn::Module {
  public:
   PositionalEncoding(int64_t dim, double dropout, int64_t max_len = 5000);
