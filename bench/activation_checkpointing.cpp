@@ -153,19 +153,12 @@ int run_one(const Args& a) {
   mopt.lr = a.lr;
   auto loader = data.train_loader();
 
-  TrainerOptions t;
+  TrainerOptions t = bench::quiet_trainer_options(a.warmup + a.steps);
   t.accelerator = "cpu";
   t.devices = 1;
   t.strategy = "single_device";
   if (a.run == "on")
     t.strategy.activation_checkpointing_policy.module_types = {"TransformerEncoderLayer", "TransformerDecoderLayer"};
-  t.max_steps = a.warmup + a.steps;
-  t.enable_progress_bar = false;
-  t.enable_model_summary = false;
-  t.enable_checkpointing = false;
-  t.logger = false;
-  t.num_sanity_val_steps = 0;
-  t.seed = 1;
 
   torch::manual_seed(1);
   demos::LanguageModel model(mopt);

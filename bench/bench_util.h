@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "volt/trainer/trainer_options.h"
+
 namespace volt::bench {
 
 /// A "VmXXX:" field of /proc/self/status in bytes, or -1.
@@ -47,6 +49,20 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Trainer options for a measurement: no progress bar, model summary, checkpoints, logger or
+/// sanity validation; `steps` optimizer steps, seeded.
+inline TrainerOptions quiet_trainer_options(int64_t steps) {
+  TrainerOptions t;
+  t.max_steps = steps;
+  t.enable_progress_bar = false;
+  t.enable_model_summary = false;
+  t.enable_checkpointing = false;
+  t.logger = false;
+  t.num_sanity_val_steps = 0;
+  t.seed = 1;
+  return t;
 }
 
 /// Runs this executable again with its own arguments plus `extra`; returns the exit code (128 +

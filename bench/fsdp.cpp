@@ -206,7 +206,7 @@ int run_one(const Args& a) {
   mopt.lr = a.lr;
   auto loader = data.train_loader();
 
-  TrainerOptions t;
+  TrainerOptions t = bench::quiet_trainer_options(a.warmup + a.steps);
   t.accelerator = "cpu";
   t.devices = world;
   if (a.run_strategy == "DDP") {
@@ -216,13 +216,6 @@ int run_one(const Args& a) {
     t.strategy.fsdp.sharding_strategy = a.run_strategy;
     t.strategy.fsdp.auto_wrap_policy.module_types = {"TransformerEncoderLayer", "TransformerDecoderLayer"};
   }
-  t.max_steps = a.warmup + a.steps;
-  t.enable_progress_bar = false;
-  t.enable_model_summary = false;
-  t.enable_checkpointing = false;
-  t.logger = false;
-  t.num_sanity_val_steps = 0;
-  t.seed = 1;
 
   torch::manual_seed(1);
   demos::LanguageModel model(mopt);  // the Transformer itself is built in configure_model()

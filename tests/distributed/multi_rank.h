@@ -2,6 +2,7 @@
 // Shared helpers for multi-rank tests: run the test worker as real processes and read its output.
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -78,6 +79,13 @@ inline std::vector<std::string> args_for(const std::string& out, const std::map<
   std::vector<std::string> a{"--out=" + out};
   for (const auto& [k, v] : kv) a.push_back("--" + k + "=" + v);
   return a;
+}
+
+/// True when no test worker writing `<dir>/o.pt` is running (no rank of that run was left behind).
+inline bool no_worker_left(const std::string& dir) {
+  // "[v]olt" keeps pgrep from matching the shell that runs it.
+  const std::string cmd = "pgrep -f '[v]olt_test_worker --out=" + dir + "/o.pt' > /dev/null";
+  return std::system(cmd.c_str()) != 0;
 }
 
 /// Largest absolute difference over all tensors of two state dicts (same keys required).

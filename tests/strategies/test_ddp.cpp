@@ -112,10 +112,7 @@ TEST_CASE("a rank that dies makes the job fail fast with a message naming it, le
       CHECK(code != -1);       // finished by itself, well within the 600 s collective timeout
       CHECK(secs < 60);
       CHECK(log.find("rank 1") != std::string::npos);
-      // No worker of this test is left running.
-      // "[v]olt" keeps pgrep from matching the shell that runs it.
-      const std::string cmd = "pgrep -f '[v]olt_test_worker --out=" + dir + "/o.pt' > /dev/null";
-      CHECK(std::system(cmd.c_str()) != 0);
+      CHECK(no_worker_left(dir));
     }
   }
 }
@@ -187,8 +184,7 @@ TEST_CASE("a rank that hangs makes the others fail with a timeout naming the col
   CHECK_THAT(log, Catch::Contains("timed out", Catch::CaseSensitive::No));
   CHECK_FALSE(std::filesystem::exists(dir + "/o.pt"));  // rank 0 never finished
   // No process of this run is left: the hung rank was stopped by rank 0's launcher.
-  const std::string cmd = "pgrep -f '[v]olt_test_worker --out=" + dir + "/o.pt' > /dev/null";
-  CHECK(std::system(cmd.c_str()) != 0);
+  CHECK(no_worker_left(dir));
 }
 
 TEST_CASE("ModelCheckpoint: ranks that disagree on the monitored value save together, as rank 0 decides",

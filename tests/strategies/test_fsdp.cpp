@@ -179,6 +179,23 @@ TEST_CASE("FSDP bad input fails before training", "[fsdp][config]") {
   CHECK_THROWS_WITH(FSDPStrategy(Precision("32-true", "cpu"), "cpu", 4, 1, h), Catch::Contains("device_mesh"));
 }
 
+namespace {
+/// Trains `single` on one device and `sharded` under FSDP at world 1 (Blocks as units), with the
+/// same options and data, and checks that their parameters end up the same.
+void fit_single_and_fsdp(BoringModel& single, BoringModel& sharded, TrainerOptions o) {
+  DataLoader la(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
+  DataLoader lb(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
+  Trainer ta(o);
+  ta.fit(single, la);
+  o.strategy = "fsdp";
+  o.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
+  Trainer tb(o);
+  tb.fit(sharded, lb);
+  auto pa = single.named_parameters(), pb = sharded.named_parameters();
+  for (auto& kv : pa) CHECK(torch::allclose(kv.value(), pb[kv.key()], 1e-6, 1e-6));
+}
+}  // namespace
+
 TEST_CASE("FSDP on one process frees unit storage after forward and trains like single device", "[fsdp]") {
   BoringOptions bo;
   bo.blocks = 2;
@@ -186,18 +203,7 @@ TEST_CASE("FSDP on one process frees unit storage after forward and trains like 
   BoringModel a(bo);
   torch::manual_seed(3);
   BoringModel b(bo);
-  const std::string root = temp_dir("fsdp1");
-  DataLoader la(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
-  DataLoader lb(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
-  auto o = quiet_options(root);
-  Trainer ta(o);
-  ta.fit(a, la);
-  o.strategy = "fsdp";
-  o.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
-  Trainer tb(o);
-  tb.fit(b, lb);
-  auto pa = a.named_parameters(), pb = b.named_parameters();
-  for (auto& kv : pa) CHECK(torch::allclose(kv.value(), pb[kv.key()], 1e-6, 1e-6));
+  fit_single_and_fsdp(a, b, quiet_options(temp_dir("fsdp1")));
 }
 
 namespace {
@@ -263,18 +269,8 @@ TEST_CASE("FSDP on one process trains a model with frozen parameters like single
   freeze(a);
   freeze(b);
   const torch::Tensor bias0 = a.blocks[0]->linear->bias.detach().clone();
-  const std::string root = temp_dir("fsdp-frozen");
-  DataLoader la(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
-  DataLoader lb(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
-  auto o = quiet_options(root);
+  auto o = quiet_options(temp_dir("fsdp-frozen"));
   o.accumulate_grad_batches = 2;
-  Trainer ta(o);
-  ta.fit(a, la);
-  o.strategy = "fsdp";
-  o.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
-  Trainer tb(o);
-  tb.fit(b, lb);
-  auto pa = a.named_parameters(), pb = b.named_parameters();
-  for (auto& kv : pa) CHECK(torch::allclose(kv.value(), pb[kv.key()], 1e-6, 1e-6));
+  fit_single_and_fsdp(a, b, o);
   CHECK(torch::equal(b.blocks[0]->linear->bias, bias0));
 }
