@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,15 @@ inline double proc_status_bytes(const char* key) {
     if (line.compare(0, n, key) == 0) return std::stod(line.substr(n)) * 1024.0;  // "  123456 kB"
   return -1;
 }
+/// "1,2,4" -> {"1", "2", "4"} (empty items dropped): list-valued command-line options.
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
 inline double rss_bytes() { return proc_status_bytes("VmRSS:"); }
 inline double hwm_bytes() { return proc_status_bytes("VmHWM:"); }
 

@@ -81,14 +81,6 @@ std::string upper(std::string s) {
   return s;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 Args parse(int argc, char** argv) {
   Args a;
   bool have_dir = false;
@@ -110,10 +102,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--lr") a.lr = std::stod(value());
     else if (k == "--worlds") {
       a.worlds.clear();
-      for (const auto& w : split(value())) a.worlds.push_back(std::stoll(w));
+      for (const auto& w : bench::split_list(value())) a.worlds.push_back(std::stoll(w));
     } else if (k == "--strategies") {
       a.strategies.clear();
-      for (const auto& s : split(value())) {
+      for (const auto& s : bench::split_list(value())) {
         const std::string u = upper(s);
         if (std::find(kAllStrategies.begin(), kAllStrategies.end(), u) == kAllStrategies.end())
           throw std::invalid_argument("unknown strategy '" + s + "' (ddp, no_shard, shard_grad_op, full_shard)");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "volt/core/files.h"
 #include "volt/trainer/trainer.h"
 
 namespace volt {
@@ -116,7 +117,7 @@ void ModelCheckpoint::save_topk(Trainer& t) {
     // No monitor: keep the latest only (save_top_k 1) or all (-1).
     t.save_checkpoint(path, options_.save_weights_only);
     if (options_.save_top_k == 1 && !best_model_path_.empty() && best_model_path_ != path && t.is_global_zero())
-      fs::remove(best_model_path_);
+      detail::remove_tree(best_model_path_);
     best_model_path_ = path;
     return;
   }
@@ -128,7 +129,7 @@ void ModelCheckpoint::save_topk(Trainer& t) {
     auto worst = std::max_element(best_k_.begin(), best_k_.end(),
                                   [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
     if (!worse(worst->second, score)) return;
-    if (t.is_global_zero()) fs::remove(worst->first);
+    if (t.is_global_zero()) detail::remove_tree(worst->first);
     best_k_.erase(worst);
   }
   const std::string path = from_rank0(t, (fs::path(dir(t)) / format_name(t)).string());

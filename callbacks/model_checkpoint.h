@@ -2,7 +2,8 @@
 /// ModelCheckpoint with Lightning's options: saves checkpoints during fit into `dirpath` (default
 /// <default_root_dir>/checkpoints), named by `filename` ("{epoch}-{step}" by default; metric names
 /// in braces are filled in), keeps the best `save_top_k` by `monitor`, and optionally `last.ckpt`.
-/// Writes are atomic (see save_checkpoint_file); its own state (best paths) is checkpointed too.
+/// Writes are atomic (see tensor_archive.h and sharded_checkpoint.h); with FSDP state_dict_type
+/// "sharded" each checkpoint is a folder of that name. Its own state (best paths) is checkpointed too.
 #include <map>
 #include <optional>
 #include <string>

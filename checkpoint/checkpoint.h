@@ -1,45 +1,63 @@
 #pragma once
-/// A training checkpoint as Lightning defines one: epoch, global_step, model state (user's parameter
-/// names), optimizer and scheduler states, loop and callback states, hyper-parameters. Tensors go
-/// in `state_dict` / `optimizer_state`; everything else is YAML in `meta`.
+/// A training checkpoint as Lightning defines one: epoch, global_step, model state (the user's
+/// parameter names), optimizer and scheduler states, loop and callback states, RNG states of every
+/// rank, precision, the resolved config, hyper-parameters, the volt and format versions.
 ///
-/// On disk ("full" format) it is a torch.save-compatible zip (torch::pickle_save of a dict), so
-/// Python's `torch.load(path)["state_dict"]` gives the weights with the Python model's names.
+/// Two formats on disk (the reader recognises which by itself, see CheckpointReader):
+///   "full"    one file, torch.load-compatible (see tensor_archive.h); written by rank 0.
+///   "sharded" a folder: one such file per rank, `manifest.yaml` (every tensor's name, global
+///             shape, dtype and which rank holds which flat range) and a `COMPLETE` marker written
+///             last (see ShardedCheckpointWriter).
+/// Tensors live in sections: "state_dict" (model), "optimizer_states" ("<param>.<field>", e.g.
+/// "fc.weight.exp_avg"), "rng_states" ("rank<r>.cpu", "rank<r>.cuda"). Everything else is YAML in
+/// `meta`: loops, callbacks, lr_schedulers, hyper_parameters, precision, strategy, config,
+/// volt_version, torch_version, extra (on_save_checkpoint's).
 #include <torch/types.h>
 #include <yaml-cpp/yaml.h>
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace volt {
 
-inline constexpr int64_t kCheckpointFormatVersion = 1;
+inline constexpr int64_t kCheckpointFormatVersion = 2;
+
+inline constexpr const char* kModelSection = "state_dict";
+inline constexpr const char* kOptimizerSection = "optimizer_states";
+inline constexpr const char* kRngSection = "rng_states";
 
 struct Checkpoint {
   int64_t epoch = 0;
   int64_t global_step = 0;
+  /// The sections' tensors (save_checkpoint_file / load_checkpoint_file). When the Trainer hands a
+  /// Checkpoint to a Strategy these are empty except `rng_states`, which holds this rank's own
+  /// generators ("cpu", "cuda"); the Strategy streams the model and optimizer itself.
   std::map<std::string, torch::Tensor> state_dict;
-  /// Optimizer state as named tensors: "<param name>.<state key>" (e.g. "fc.weight.exp_avg") plus
-  /// "step" entries; the layout is the strategy's (see Strategy::optimizer_state_dict).
   std::map<std::string, torch::Tensor> optimizer_state;
-  /// loops, callbacks, lr_schedulers, hyper_parameters, precision, config, volt_version, extra.
+  std::map<std::string, torch::Tensor> rng_states;
   YAML::Node meta = YAML::Node(YAML::NodeType::Map);
 };
 
-/// Writes `ckpt` to `path` atomically (temporary file, fsync, rename, fsync of the directory) with a
-/// checksum of every tensor. Throws CheckpointError naming the file on any I/O failure; on failure
-/// an existing file at `path` is left untouched.
+/// Writes `ckpt` as a full checkpoint at `path`, atomically (temporary file, fsync, rename, fsync
+/// of the directory), with checksums. Throws CheckpointError naming the file on any I/O failure;
+/// on failure an existing checkpoint at `path` is left untouched.
 void save_checkpoint_file(const Checkpoint& ckpt, const std::string& path);
 
-/// Reads and verifies a checkpoint written by save_checkpoint_file. Throws CheckpointError naming
-/// the file and the problem (missing, truncated, corrupted, wrong format version).
+/// Reads and verifies a whole checkpoint of either format (a sharded one is assembled). Throws
+/// CheckpointError naming the file and the problem.
 Checkpoint load_checkpoint_file(const std::string& path);
 
+/// Turns the checkpoint at `src` (sharded folder, or full file) into a full checkpoint at `dst`,
+/// tensor by tensor: memory stays at about the largest tensor. Returns the bytes written.
+uint64_t consolidate_checkpoint(const std::string& src, const std::string& dst);
+
 namespace detail {
-/// 64-bit FNV-1a of a tensor's bytes (contiguous copy if needed).
-uint64_t tensor_checksum(const torch::Tensor& t);
-/// Writes bytes to `path` atomically; throws CheckpointError.
-void atomic_write(const std::string& path, const char* data, size_t size);
+/// The scalar fields of the pickled top-level dict (epoch, global_step, volt_meta, format_version).
+std::vector<std::pair<std::string, c10::IValue>> checkpoint_fields(const Checkpoint& header);
+/// The metadata stored in an archive's index: `meta` plus epoch and global_step.
+YAML::Node checkpoint_index_meta(const Checkpoint& header);
 }  // namespace detail
 
 }  // namespace volt

@@ -11,32 +11,34 @@ namespace {
 
 torch::Tensor step_tensor(int64_t s) { return torch::tensor(s, torch::kLong); }
 
-// Writes each field of a param state under "<name>.<field>"; returns false for an unknown type.
-bool save_state(const torch::optim::OptimizerParamState& st, const std::string& n,
-                std::map<std::string, torch::Tensor>& out) {
+using FieldFn = std::function<void(const std::string&, const std::string&, const torch::Tensor&)>;
+
+// Calls fn for each field of a param state; returns false for an unknown type.
+bool visit_state(const torch::optim::OptimizerParamState& st, const std::string& n, const FieldFn& fn) {
   auto put = [&](const char* f, const torch::Tensor& t) {
-    if (t.defined()) out[n + "." + f] = t.detach().clone();
+    if (t.defined()) fn(n, f, t.detach());
   };
+  auto step = [&](int64_t s) { fn(n, "step", step_tensor(s)); };
   using namespace torch::optim;
   if (auto* a = dynamic_cast<const AdamParamState*>(&st)) {
-    out[n + ".step"] = step_tensor(a->step());
+    step(a->step());
     put("exp_avg", a->exp_avg());
     put("exp_avg_sq", a->exp_avg_sq());
     put("max_exp_avg_sq", a->max_exp_avg_sq());
   } else if (auto* w = dynamic_cast<const AdamWParamState*>(&st)) {
-    out[n + ".step"] = step_tensor(w->step());
+    step(w->step());
     put("exp_avg", w->exp_avg());
     put("exp_avg_sq", w->exp_avg_sq());
     put("max_exp_avg_sq", w->max_exp_avg_sq());
   } else if (auto* s = dynamic_cast<const SGDParamState*>(&st)) {
     put("momentum_buffer", s->momentum_buffer());
   } else if (auto* r = dynamic_cast<const RMSpropParamState*>(&st)) {
-    out[n + ".step"] = step_tensor(r->step());
+    step(r->step());
     put("square_avg", r->square_avg());
     put("momentum_buffer", r->momentum_buffer());
     put("grad_avg", r->grad_avg());
   } else if (auto* g = dynamic_cast<const AdagradParamState*>(&st)) {
-    out[n + ".step"] = step_tensor(g->step());
+    step(g->step());
     put("sum", g->sum());
   } else {
     return false;
@@ -51,16 +53,22 @@ bool is(const torch::optim::Optimizer& o) {
 
 }  // namespace
 
-std::map<std::string, torch::Tensor> optimizer_state_to_tensors(torch::optim::Optimizer& optimizer,
-                                                                const NamedTensors& params) {
-  std::map<std::string, torch::Tensor> out;
+void for_each_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTensors& params, const FieldFn& fn) {
   auto& state = optimizer.state();
   for (const auto& [name, p] : params) {
     auto it = state.find(compat::optimizer_state_key(p));
     if (it == state.end()) continue;
-    VOLT_CHECK(save_state(*it->second, name, out), CheckpointError,
+    VOLT_CHECK(visit_state(*it->second, name, fn), CheckpointError,
                "cannot checkpoint this optimizer's state: volt saves Adam, AdamW, SGD, RMSprop and Adagrad");
   }
+}
+
+std::map<std::string, torch::Tensor> optimizer_state_to_tensors(torch::optim::Optimizer& optimizer,
+                                                                const NamedTensors& params) {
+  std::map<std::string, torch::Tensor> out;
+  for_each_optimizer_state(optimizer, params, [&](const std::string& n, const std::string& f, const torch::Tensor& t) {
+    out[n + "." + f] = t.clone();
+  });
   return out;
 }
 

@@ -4,6 +4,7 @@
 /// LibTorch's Adam, AdamW, SGD, RMSprop and Adagrad; another optimizer gives a CheckpointError.
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -13,7 +14,12 @@ namespace volt {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-/// `params` pairs each tensor the optimizer holds with the name to save it under.
+/// Calls `fn(name, field, tensor)` for each state field of each of `params` that has state ("step" as
+/// a 0-dim int64 tensor), without copying: the tensors are the optimizer's own.
+void for_each_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTensors& params,
+                              const std::function<void(const std::string& name, const std::string& field,
+                                                       const torch::Tensor& value)>& fn);
+/// `params` pairs each tensor the optimizer holds with the name to save it under (copies).
 std::map<std::string, torch::Tensor> optimizer_state_to_tensors(torch::optim::Optimizer& optimizer,
                                                                 const NamedTensors& params);
 /// Restores what optimizer_state_to_tensors saved. Missing entries leave that param without state

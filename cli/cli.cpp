@@ -2,10 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
+#include "volt/checkpoint/checkpoint.h"
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
 #include "volt/demos/language_model.h"
@@ -18,9 +20,37 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: volt {fit,validate,test} --config FILE [--KEY=VALUE ...] [--print_config] [--ckpt_path PATH]\n"
+    "       volt consolidate SHARDED_CHECKPOINT [-o FILE]\n"
     "  --config FILE        a YAML config with sections trainer, model, data, ckpt_path, seed_everything\n"
     "  --trainer.max_steps=20, --model.ninp=64, ...   override any key (dotted path, YAML value)\n"
-    "  --print_config       print the resolved config and exit\n";
+    "  --print_config       print the resolved config and exit\n"
+    "  consolidate          turn a sharded checkpoint folder into one full checkpoint file\n"
+    "                       (default FILE: SHARDED_CHECKPOINT.consolidated), tensor by tensor\n";
+
+/// `volt consolidate DIR [-o FILE]`.
+int consolidate(int argc, char** argv) {
+  std::string src, dst;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-o" || a == "--output") {
+      VOLT_CHECK(i + 1 < argc, ConfigError, "consolidate: ", a, " needs a file name\n", kUsage);
+      dst = argv[++i];
+    } else if (a.rfind("--output=", 0) == 0) {
+      dst = a.substr(9);
+    } else {
+      VOLT_CHECK(a.rfind("-", 0) != 0 && src.empty(), ConfigError, "consolidate: unexpected argument '", a, "'\n", kUsage);
+      src = a;
+    }
+  }
+  VOLT_CHECK(!src.empty(), ConfigError, "consolidate: missing the sharded checkpoint folder\n", kUsage);
+  while (src.size() > 1 && src.back() == '/') src.pop_back();
+  if (dst.empty()) dst = src + ".consolidated";
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t bytes = consolidate_checkpoint(src, dst);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("consolidated {} into {}: {:.1f} MB in {:.2f} s", src, dst, static_cast<double>(bytes) / 1e6, s);
+  return 0;
+}
 
 struct Args {
   std::string subcommand;
@@ -33,7 +63,7 @@ Args parse_args(int argc, char** argv) {
   Args a;
   VOLT_CHECK(argc >= 2, ConfigError, "missing subcommand\n", kUsage);
   a.subcommand = argv[1];
-  VOLT_CHECK(a.subcommand == "fit" || a.subcommand == "validate" || a.subcommand == "test", ConfigError,
+  VOLT_CHECK(a.subcommand == "consolidate" || a.subcommand == "fit" || a.subcommand == "validate" || a.subcommand == "test", ConfigError,
              "unknown subcommand '", a.subcommand, "'\n", kUsage);
   for (int i = 2; i < argc; ++i) {
     std::string s = argv[i];
@@ -95,6 +125,8 @@ struct Config {
 };
 
 int run_checked(int argc, char** argv) {
+  VOLT_CHECK(argc >= 2, ConfigError, "missing subcommand\n", kUsage);
+  if (std::string(argv[1]) == "consolidate") return consolidate(argc, argv);
   Args args = parse_args(argc, argv);
   YAML::Node raw = load_config(args.config, args.overrides);
   Config cfg = options_from_yaml<Config>(raw, "");

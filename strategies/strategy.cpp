@@ -2,10 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
+#include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
 #include "volt/strategies/activation_checkpointing.h"
 #include "volt/trainer/lightning_module.h"
@@ -115,46 +118,104 @@ std::map<std::string, torch::Tensor> Strategy::model_state_dict(LightningModule&
   return out;
 }
 
-void Strategy::load_model_state_dict(LightningModule& module, const std::map<std::string, torch::Tensor>& state,
-                                     const std::string& source) {
+namespace {
+/// Checks that `ckpt` holds `name` with `shape`; the message names the file and the tensor.
+void check_model_tensor(const CheckpointReader& ckpt, const std::string& name, c10::IntArrayRef shape) {
+  VOLT_CHECK(ckpt.has(kModelSection, name), CheckpointError, ckpt.path(), ": no tensor '", name,
+             "' in the checkpoint (a checkpoint of another model?)");
+  const auto& t = ckpt.tensor(kModelSection, name);
+  VOLT_CHECK(c10::IntArrayRef(t.shape) == shape, CheckpointError, ckpt.path(), ": tensor '", name, "' has shape ",
+             c10::IntArrayRef(t.shape), " but the model has ", shape, " (a checkpoint of another model?)");
+}
+}  // namespace
+
+void detail::check_checkpoint_model(const CheckpointReader& ckpt, const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected) {
+  for (const auto& [name, shape] : expected) check_model_tensor(ckpt, name, shape);
+  const size_t have = ckpt.names(kModelSection).size();
+  VOLT_CHECK(have == expected.size(), CheckpointError, ckpt.path(), ": the checkpoint has ", have,
+             " model tensors, the model ", expected.size(), " (a checkpoint of another model?)");
+}
+
+std::map<std::string, torch::Tensor> Strategy::gather_rank_tensors(const std::map<std::string, torch::Tensor>& local) {
+  std::map<std::string, torch::Tensor> out;
+  const int64_t w = world_size(), r = global_rank();
+  for (const auto& [k, t] : local) {
+    if (w == 1) {
+      out["rank0." + k] = t;
+      continue;
+    }
+    // Exact for the byte states this carries; one all-reduce, no variable-size collective needed.
+    torch::Tensor flat = t.detach().to(torch::kCPU).reshape({-1}).to(torch::kDouble);
+    torch::Tensor rows = torch::zeros({w, flat.numel()}, torch::kDouble);
+    rows[r].copy_(flat);
+    rows = all_reduce(rows, ReduceOp::Sum);
+    for (int64_t q = 0; q < w; ++q) out["rank" + std::to_string(q) + "." + k] = rows[q].to(t.scalar_type()).view(t.sizes());
+  }
+  return out;
+}
+
+void Strategy::save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
+                               const std::string& path) {
+  auto rng = gather_rank_tensors(header.rng_states);
+  std::string error;
+  if (is_global_zero()) {
+    try {
+      ArchiveWriter w(path);
+      for (auto& kv : module.named_parameters()) w.add(kModelSection, kv.key(), kv.value());
+      for (auto& kv : module.named_buffers()) w.add(kModelSection, kv.key(), kv.value());
+      if (optimizer)
+        for_each_optimizer_state(*optimizer, optimizer_params(module),
+                                 [&](const std::string& n, const std::string& f, const torch::Tensor& t) {
+                                   w.add(kOptimizerSection, n + "." + f, t);
+                                 });
+      for (const auto& [k, v] : rng) w.add(kRngSection, k, v);
+      w.commit(detail::checkpoint_fields(header), detail::checkpoint_index_meta(header));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  detail::agree_or_throw(*this, error, "saving checkpoint '" + path + "'");
+}
+
+void Strategy::load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
+                               const CheckpointReader& ckpt) {
   torch::NoGradGuard ng;
-  auto load = [&](const std::string& name, torch::Tensor& dst) {
-    auto it = state.find(name);
-    VOLT_CHECK(it != state.end(), CheckpointError, source, ": no tensor '", name,
-               "' in the checkpoint (a checkpoint of another model?)");
-    VOLT_CHECK(it->second.sizes() == dst.sizes(), CheckpointError, source, ": tensor '", name, "' has shape ",
-               it->second.sizes(), " but the model has ", dst.sizes(), " (a checkpoint of another model?)");
-    dst.copy_(it->second);
-  };
-  size_t expected = 0;
-  for (auto& kv : module.named_parameters()) {
-    load(kv.key(), kv.value());
-    ++expected;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+  for (auto& kv : module.named_parameters()) expected.emplace_back(kv.key(), kv.value().sizes().vec());
+  for (auto& kv : module.named_buffers()) expected.emplace_back(kv.key(), kv.value().sizes().vec());
+  detail::check_checkpoint_model(ckpt, expected);
+  for (auto& kv : module.named_parameters()) kv.value().copy_(ckpt.read(kModelSection, kv.key()));
+  for (auto& kv : module.named_buffers()) kv.value().copy_(ckpt.read(kModelSection, kv.key()));
+  if (!optimizer || ckpt.names(kOptimizerSection).empty()) return;
+  // Parameter by parameter: one parameter's state in flight besides the optimizer's own.
+  const std::vector<std::string> names = ckpt.names(kOptimizerSection);  // sorted
+  for (const auto& [name, p] : optimizer_params(module)) {
+    std::map<std::string, torch::Tensor> state;
+    for (auto it = std::lower_bound(names.begin(), names.end(), name + "."); it != names.end() && it->rfind(name + ".", 0) == 0; ++it)
+      if (it->find('.', name.size() + 1) == std::string::npos)  // "<name>.<field>", not a longer name's
+        state[*it] = ckpt.read(kOptimizerSection, *it);
+    optimizer_state_from_tensors(*optimizer, {{name, p}}, state, ckpt.path());
   }
-  for (auto& kv : module.named_buffers()) {
-    load(kv.key(), kv.value());
-    ++expected;
-  }
-  VOLT_CHECK(state.size() == expected, CheckpointError, source, ": the checkpoint has ", state.size(),
-             " tensors, the model ", expected, " (a checkpoint of another model?)");
 }
 
-std::map<std::string, torch::Tensor> Strategy::optimizer_state_dict(LightningModule& module,
-                                                                    torch::optim::Optimizer& optimizer) {
-  return optimizer_state_to_tensors(optimizer, optimizer_params(module));
+void detail::agree_or_throw(Strategy& s, const std::string& local_error, const std::string& what) {
+  const int64_t world = s.world_size();
+  // The lowest failing rank (world when none failed), then its message, so every rank's error
+  // says what went wrong and where, whichever rank's log the user reads.
+  const int64_t failing = static_cast<int64_t>(
+      s.all_reduce(torch::tensor(static_cast<double>(local_error.empty() ? world : s.global_rank()), torch::kDouble),
+                   ReduceOp::Min)
+          .item<double>());
+  if (failing >= world) return;
+  const std::string mine = failing == s.global_rank() ? local_error : std::string();
+  const auto n = static_cast<int64_t>(
+      s.broadcast(torch::tensor(static_cast<double>(mine.size()), torch::kDouble), failing).item<double>());
+  torch::Tensor bytes = torch::zeros({std::max<int64_t>(n, 1)}, torch::kUInt8);
+  if (failing == s.global_rank()) std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), static_cast<size_t>(n));
+  bytes = s.broadcast(bytes, failing);
+  const std::string theirs(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
+  if (!local_error.empty()) throw CheckpointError(local_error);
+  throw CheckpointError(str_cat(what, " failed on rank ", failing, ": ", theirs));
 }
-
-void Strategy::load_optimizer_state_dict(LightningModule& module, torch::optim::Optimizer& optimizer,
-                                         const std::map<std::string, torch::Tensor>& state,
-                                         const std::string& source) {
-  optimizer_state_from_tensors(optimizer, optimizer_params(module), state, source);
-}
-
-void Strategy::save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
-  if (is_global_zero()) save_checkpoint_file(checkpoint, path);
-  barrier("save_checkpoint");
-}
-
-Checkpoint Strategy::load_checkpoint(const std::string& path) { return load_checkpoint_file(path); }
 
 }  // namespace volt

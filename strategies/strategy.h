@@ -13,6 +13,7 @@
 #include <string>
 
 #include "volt/checkpoint/checkpoint.h"
+#include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/optimizer_state.h"
 #include "volt/distributed/reduce_op.h"
 #include "volt/strategies/precision.h"
@@ -95,18 +96,25 @@ class Strategy {
   bool reduce_boolean_decision(bool decision, bool all = true);
 
   // ---- checkpoints ------------------------------------------------------------------------
-  /// The full model state with the user's parameter and buffer names (gathered if sharded).
+  /// The full model state with the user's parameter and buffer names, on every rank (gathered if
+  /// sharded): for inspection, tests and export. Checkpoints stream instead (save_checkpoint).
   virtual std::map<std::string, torch::Tensor> model_state_dict(LightningModule& module);
-  virtual void load_model_state_dict(LightningModule& module, const std::map<std::string, torch::Tensor>& state,
-                                     const std::string& source);
-  /// Optimizer state keyed by the user's parameter names (full, gathered if sharded).
-  virtual std::map<std::string, torch::Tensor> optimizer_state_dict(LightningModule& module,
-                                                                    torch::optim::Optimizer& optimizer);
-  virtual void load_optimizer_state_dict(LightningModule& module, torch::optim::Optimizer& optimizer,
-                                         const std::map<std::string, torch::Tensor>& state, const std::string& source);
-  /// Writes a checkpoint (rank 0 for full checkpoints); every rank must call it.
-  virtual void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
-  virtual Checkpoint load_checkpoint(const std::string& path);
+  /// The format save_checkpoint writes: "full", or "sharded" (FSDP with state_dict_type sharded).
+  virtual std::string checkpoint_format() const { return "full"; }
+  /// Writes a checkpoint at `path`; every rank must call it. `header` carries epoch, step, meta
+  /// and this rank's RNG states (header.rng_states); the model and, unless `optimizer` is null,
+  /// its state are streamed from the strategy's own layout (a full checkpoint is written by rank 0,
+  /// never held whole in memory). A failure on any rank throws CheckpointError on every rank.
+  virtual void save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
+                               const std::string& path);
+  /// Loads the model and, when `optimizer` is given and the checkpoint has it, the optimizer
+  /// state from a checkpoint of either format saved by any strategy and world size (FSDP reads
+  /// just its own shard's ranges). Throws CheckpointError naming the file on any mismatch.
+  virtual void load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
+                               const CheckpointReader& checkpoint);
+  /// Every rank's tensors of `local` (same keys and shapes on every rank) as "rank<r>.<key>";
+  /// collective.
+  std::map<std::string, torch::Tensor> gather_rank_tensors(const std::map<std::string, torch::Tensor>& local);
 
  protected:
   /// The tensors the optimizer steps, with names for its state (default: the module's parameters).
@@ -116,10 +124,21 @@ class Strategy {
 
   Precision precision_;
   std::string accelerator_;
-  int64_t device_index_ = 0;
+  int64_t device_index_ = 0;  // CUDA device of this rank (local rank modulo the visible GPUs)
   ModulePolicy ac_policy_;
-  std::string ac_key_ = "trainer.strategy.activation_checkpointing_policy";  // CUDA device of this rank (local rank modulo the visible GPUs)
+  std::string ac_key_ = "trainer.strategy.activation_checkpointing_policy";
 };
+
+namespace detail {
+/// Every rank learns whether all succeeded: throws `local_error` (as a CheckpointError) where it is
+/// non-empty, and on the other ranks a CheckpointError naming `what`, the lowest failing rank and
+/// its message. Collective: this is how one rank's failed write fails all ranks instead of hanging
+/// them, with the cause in every rank's log.
+void agree_or_throw(Strategy& s, const std::string& local_error, const std::string& what);
+/// Checks that `ckpt` has exactly the model tensors `expected` (name, shape).
+void check_checkpoint_model(const CheckpointReader& ckpt,
+                            const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected);
+}  // namespace detail
 
 /// One process, one device ("single_device"; what "auto" means with devices: 1).
 class SingleDeviceStrategy : public Strategy {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "boring_model.h"
+#include "volt/core/files.h"
 
 namespace volt::testing {
 
@@ -18,7 +19,7 @@ std::string temp_dir(const std::string& tag) {
   static std::atomic<int> counter{0};
   auto p = std::filesystem::temp_directory_path() /
            ("volt-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-  std::filesystem::remove_all(p);
+  volt::detail::remove_tree(p.string());
   std::filesystem::create_directories(p);
   return p.string();
 }

@@ -4,8 +4,11 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <torch/version.h>
 
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/checkpoint/checkpoint_reader.h"
+#include "volt/checkpoint/rng_state.h"
 #include "volt/callbacks/model_summary.h"
 #include "volt/callbacks/progress_bar.h"
 #include "volt/core/errors.h"
@@ -127,19 +130,39 @@ std::string Trainer::resolve_ckpt_path(const std::string& ckpt_path) const {
 void Trainer::restore(const std::string& ckpt_path) {
   const std::string path = resolve_ckpt_path(ckpt_path);
   spdlog::info("Restoring states from the checkpoint path at {}", path);
-  Checkpoint ck = strategy_->load_checkpoint(path);
-  strategy_->load_model_state_dict(*module_, ck.state_dict, path);
-  if (opt_config_.optimizer && !ck.optimizer_state.empty())
-    strategy_->load_optimizer_state_dict(*module_, *opt_config_.optimizer, ck.optimizer_state, path);
-  current_epoch_ = ck.epoch;
-  global_step_ = ck.global_step;
-  batch_in_epoch_ = ck.meta["loops"] && ck.meta["loops"]["batch_in_epoch"] ? ck.meta["loops"]["batch_in_epoch"].as<int64_t>() : 0;
-  if (opt_config_.lr_scheduler && ck.meta["lr_schedulers"])
-    opt_config_.lr_scheduler->set_last_epoch(ck.meta["lr_schedulers"]["last_epoch"].as<int64_t>());
-  if (ck.meta["callbacks"])
+  // Every rank reads for itself (FSDP: only its own ranges); all agree before going on, so a rank
+  // that cannot read fails the job instead of leaving the others in a collective.
+  std::unique_ptr<CheckpointReader> reader;
+  std::string error;
+  try {
+    reader = std::make_unique<CheckpointReader>(path);
+    strategy_->load_checkpoint(*module_, opt_config_.optimizer.get(), *reader);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  detail::agree_or_throw(*strategy_, error, "restoring checkpoint '" + path + "'");
+  const CheckpointReader& ck = *reader;
+  const YAML::Node& meta = ck.meta();
+  if (opt_config_.optimizer && ck.names(kOptimizerSection).empty())
+    spdlog::warn("Checkpoint {} has no optimizer state (saved with weights_only?): the optimizer starts fresh", path);
+  current_epoch_ = ck.epoch();
+  global_step_ = ck.global_step();
+  batch_in_epoch_ = meta["loops"] && meta["loops"]["batch_in_epoch"] ? meta["loops"]["batch_in_epoch"].as<int64_t>() : 0;
+  if (opt_config_.lr_scheduler && meta["lr_schedulers"])
+    opt_config_.lr_scheduler->set_last_epoch(meta["lr_schedulers"]["last_epoch"].as<int64_t>());
+  if (meta["callbacks"])
     for (auto& c : callbacks_)
-      if (ck.meta["callbacks"][c->state_key()]) c->load_state_dict(ck.meta["callbacks"][c->state_key()]);
-  CheckpointMeta cm{ck.meta["extra"] ? ck.meta["extra"] : YAML::Node(YAML::NodeType::Map)};
+      if (meta["callbacks"][c->state_key()]) c->load_state_dict(meta["callbacks"][c->state_key()]);
+  // This rank's random generators, as they were when the checkpoint was written.
+  const std::string prefix = "rank" + std::to_string(strategy_->global_rank()) + ".";
+  std::map<std::string, torch::Tensor> rng;
+  for (const auto& n : ck.names(kRngSection))
+    if (n.rfind(prefix, 0) == 0) rng[n.substr(prefix.size())] = ck.read(kRngSection, n);
+  if (rng.empty() && !ck.names(kRngSection).empty())
+    spdlog::warn("Checkpoint {} has no RNG state for rank {} (saved with {} ranks): its generators are not restored",
+                 path, strategy_->global_rank(), ck.world_size());
+  restore_rng_states(rng, strategy_->root_device());
+  CheckpointMeta cm{meta["extra"] ? YAML::Clone(meta["extra"]) : YAML::Node(YAML::NodeType::Map)};
   module_->on_load_checkpoint(cm);
   call_callbacks([&](Callback& c) { c.on_load_checkpoint(*this, *module_, cm); });
 }
@@ -149,28 +172,32 @@ void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
   Checkpoint ck;
   ck.epoch = current_epoch_;
   ck.global_step = global_step_;
-  ck.state_dict = strategy_->model_state_dict(*module_);
-  if (!weights_only && opt_config_.optimizer)
-    ck.optimizer_state = strategy_->optimizer_state_dict(*module_, *opt_config_.optimizer);
   ck.meta["volt_version"] = VOLT_VERSION;
+  ck.meta["torch_version"] = TORCH_VERSION;
+  ck.meta["format_version"] = kCheckpointFormatVersion;
+  ck.meta["state_dict_type"] = strategy_->checkpoint_format();
   ck.meta["weights_only"] = weights_only;
   ck.meta["precision"] = strategy_->precision().name();
   ck.meta["strategy"] = strategy_->name();
   ck.meta["world_size"] = strategy_->world_size();
   ck.meta["hyper_parameters"] = module_->hparams();
-  if (config_) ck.meta["config"] = config_;
+  if (config_ && !config_.IsNull()) ck.meta["config"] = config_;
   ck.meta["loops"]["batch_in_epoch"] = batch_in_epoch_;
+  ck.meta["loops"]["epoch"] = current_epoch_;
+  ck.meta["loops"]["global_step"] = global_step_;
   if (opt_config_.lr_scheduler) {
     ck.meta["lr_schedulers"]["name"] = opt_config_.lr_scheduler->name();
     ck.meta["lr_schedulers"]["last_epoch"] = opt_config_.lr_scheduler->last_epoch();
   }
-  if (!weights_only)
+  if (!weights_only) {
     for (auto& c : callbacks_) ck.meta["callbacks"][c->state_key()] = c->state_dict();
+    ck.rng_states = capture_rng_states(strategy_->root_device());
+  }
   CheckpointMeta cm{YAML::Node(YAML::NodeType::Map)};
   module_->on_save_checkpoint(cm);
   call_callbacks([&](Callback& c) { c.on_save_checkpoint(*this, *module_, cm); });
   ck.meta["extra"] = cm.extra;
-  strategy_->save_checkpoint(ck, path);
+  strategy_->save_checkpoint(*module_, weights_only ? nullptr : opt_config_.optimizer.get(), ck, path);
 }
 
 // ---------------------------------------------------------------------------------------------

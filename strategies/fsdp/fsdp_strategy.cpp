@@ -3,10 +3,14 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <functional>
 #include <iomanip>
 #include <set>
 #include <sstream>
 
+#include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
 #include "volt/core/grad_hooks.h"
 #include "volt/core/hooked_module.h"
@@ -361,96 +365,225 @@ std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict(LightningMod
   return out;
 }
 
-void FSDPStrategy::load_model_state_dict(LightningModule& module, const std::map<std::string, torch::Tensor>& state,
-                                         const std::string& source) {
-  if (units_.empty()) return Strategy::load_model_state_dict(module, state, source);
-  torch::NoGradGuard ng;
-  size_t expected = 0;
-  for (auto& u : units_) {
-    auto& f = *u.flat;
-    torch::Tensor full = torch::zeros({f.padded_numel()}, f.shard().options());
-    for (auto& e : f.entries()) {
-      auto it = state.find(e.name);
-      VOLT_CHECK(it != state.end(), CheckpointError, source, ": no tensor '", e.name, "' in the checkpoint");
-      VOLT_CHECK(it->second.numel() == e.numel && it->second.sizes().vec() == e.shape, CheckpointError, source,
-                 ": tensor '", e.name, "' has shape ", it->second.sizes(), ", the model expects ", c10::IntArrayRef(e.shape));
-      full.narrow(0, e.offset, e.numel).copy_(it->second.reshape(-1));
-      ++expected;
-    }
-    const int64_t r = shard_pg() ? shard_pg()->rank() : 0;
-    const_cast<torch::Tensor&>(f.shard()).copy_(full.narrow(0, r * f.shard_numel(), f.shard_numel()));
-  }
-  for (auto& kv : module.named_buffers()) {
-    auto it = state.find(kv.key());
-    VOLT_CHECK(it != state.end(), CheckpointError, source, ": no buffer '", kv.key(), "' in the checkpoint");
-    kv.value().copy_(it->second);
-    ++expected;
-  }
-  VOLT_CHECK(state.size() == expected, CheckpointError, source, ": the checkpoint has ", state.size(),
-             " tensors, the model ", expected, " (a checkpoint of another model?)");
-}
-
-std::map<std::string, torch::Tensor> FSDPStrategy::optimizer_state_dict(LightningModule& module,
-                                                                        torch::optim::Optimizer& optimizer) {
-  // Local state of this rank's slices, then each field assembled to full parameter shape.
-  auto local = optimizer_state_to_tensors(optimizer, optimizer_params(module));
+std::vector<std::string> FSDPStrategy::optimizer_fields(torch::optim::Optimizer& optimizer) {
+  std::set<std::string> local;
+  for_each_optimizer_state(optimizer, optimizer_params(*module_),
+                           [&](const std::string&, const std::string& f, const torch::Tensor&) { local.insert(f); });
   torch::Tensor have = torch::zeros({static_cast<int64_t>(kStateFields.size())});
-  for (auto& [k, v] : local)
-    for (size_t i = 0; i < kStateFields.size(); ++i)
-      if (k.size() > kStateFields[i].size() && k.compare(k.size() - kStateFields[i].size() - 1, std::string::npos, "." + kStateFields[i]) == 0)
-        have[i] = 1;
+  for (size_t i = 0; i < kStateFields.size(); ++i)
+    if (local.count(kStateFields[i])) have[static_cast<int64_t>(i)] = 1;
   if (world_size() > 1) process_group().all_reduce(have, ReduceOp::Max);
-  std::map<std::string, torch::Tensor> out;
-  for (auto& u : units_) {
-    auto& f = *u.flat;
-    const int64_t r = shard_pg() ? shard_pg()->rank() : 0;
-    for (size_t fi = 0; fi < kStateFields.size(); ++fi) {
-      if (have[fi].item<float>() == 0) continue;
-      const std::string& field = kStateFields[fi];
-      if (field == "step") {
-        torch::Tensor step = torch::zeros({1}, torch::kDouble);
-        for (auto& s : f.slices()) {
-          auto it = local.find(f.entries()[s.entry].name + ".step");
-          if (it != local.end()) step[0] = std::max(step[0].item<double>(), it->second.item<double>());
-        }
-        if (shard_pg()) shard_pg()->all_reduce(step, ReduceOp::Max);
-        for (auto& e : f.entries()) out[e.name + ".step"] = torch::tensor(static_cast<int64_t>(step[0].item<double>()));
-        continue;
-      }
-      torch::Tensor flat = torch::zeros({f.padded_numel()});
-      for (auto& s : f.slices()) {
-        auto it = local.find(f.entries()[s.entry].name + "." + field);
-        if (it != local.end()) flat.narrow(0, r * f.shard_numel() + s.shard_offset, s.length).copy_(it->second.reshape(-1));
-      }
-      if (shard_pg()) shard_pg()->all_reduce(flat, ReduceOp::Sum);
-      for (auto& e : f.entries()) out[e.name + "." + field] = flat.narrow(0, e.offset, e.numel).view(e.shape).clone();
-    }
-  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < kStateFields.size(); ++i)
+    if (have[static_cast<int64_t>(i)].item<float>() > 0) out.push_back(kStateFields[i]);
   return out;
 }
 
-void FSDPStrategy::load_optimizer_state_dict(LightningModule& module, torch::optim::Optimizer& optimizer,
-                                             const std::map<std::string, torch::Tensor>& state,
-                                             const std::string& source) {
-  std::map<std::string, torch::Tensor> local;
+namespace {
+
+/// The padded flat buffer of a unit from every rank's `local` shard.
+torch::Tensor gather_flat(ProcessGroup* pg, const torch::Tensor& local, int64_t padded) {
+  if (pg == nullptr || pg->size() == 1) return local;
+  torch::Tensor full = torch::empty({padded}, local.options());
+  pg->all_gather(full, local);
+  return full;
+}
+
+/// This rank's optimizer state `field` laid out as its shard (zeros where no slice has state).
+torch::Tensor local_field(torch::optim::Optimizer& opt, detail::FlatParam& f, const std::string& field) {
+  torch::Tensor local = torch::zeros({f.shard_numel()}, f.shard().options());
+  for (auto& s : f.slices())
+    for_each_optimizer_state(opt, {{f.entries()[s.entry].name, s.view}},
+                             [&](const std::string&, const std::string& name, const torch::Tensor& t) {
+                               if (name == field) local.narrow(0, s.shard_offset, s.length).copy_(t.reshape({-1}));
+                             });
+  return local;
+}
+
+/// The step count of a unit: the same for every slice; the maximum guards against slices that
+/// never got a gradient.
+int64_t unit_step(torch::optim::Optimizer& opt, detail::FlatParam& f, ProcessGroup* pg) {
+  torch::Tensor step = torch::zeros({1}, torch::kDouble);
+  for (auto& s : f.slices())
+    for_each_optimizer_state(opt, {{f.entries()[s.entry].name, s.view}},
+                             [&](const std::string&, const std::string& name, const torch::Tensor& t) {
+                               if (name == "step") step[0] = std::max(step[0].item<double>(), t.item<double>());
+                             });
+  if (pg) pg->all_reduce(step, ReduceOp::Max);
+  return static_cast<int64_t>(step[0].item<double>());
+}
+
+}  // namespace
+
+void FSDPStrategy::save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
+                                   const Checkpoint& header, const std::string& path) {
+  if (units_.empty()) return Strategy::save_checkpoint(module, optimizer, header, path);
+  if (options_.state_dict_type == "sharded")
+    save_sharded(module, optimizer, header, path);
+  else
+    save_full(module, optimizer, header, path);
+}
+
+void FSDPStrategy::save_full(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
+                             const std::string& path) {
+  torch::NoGradGuard ng;
+  auto rng = gather_rank_tensors(header.rng_states);
+  const auto fields = optimizer ? optimizer_fields(*optimizer) : std::vector<std::string>{};
+  const bool writer = is_global_zero();
+  std::unique_ptr<ArchiveWriter> w;
+  std::string error;
+  // Rank 0 keeps taking part in the gathers after a failed write, so no rank hangs; all learn of
+  // the failure at the end.
+  auto guarded = [&](const std::function<void()>& fn) {
+    if (!writer || !error.empty()) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error = e.what();
+      w.reset();
+    }
+  };
+  guarded([&] { w = std::make_unique<ArchiveWriter>(path); });
   for (auto& u : units_) {
     auto& f = *u.flat;
-    for (auto& s : f.slices()) {
-      const auto& e = f.entries()[s.entry];
-      for (const auto& field : kStateFields) {
-        auto it = state.find(e.name + "." + field);
-        if (it == state.end()) continue;
-        if (field == "step") {
-          local[e.name + ".step"] = it->second;
-          continue;
-        }
-        VOLT_CHECK(it->second.numel() == e.numel, CheckpointError, source, ": optimizer state '", it->first,
-                   "' has ", it->second.numel(), " elements, the parameter ", e.numel);
-        local[e.name + "." + field] = it->second.reshape(-1).narrow(0, s.param_offset, s.length).clone();
+    {
+      torch::Tensor full = f.gather_full_fp32(shard_pg());
+      guarded([&] {
+        for (auto& e : f.entries()) w->add(kModelSection, e.name, full.narrow(0, e.offset, e.numel).view(e.shape));
+      });
+    }  // one unit's gathered values at a time
+    for (const auto& field : fields) {
+      if (field == "step") {
+        const int64_t step = unit_step(*optimizer, f, shard_pg());
+        guarded([&] {
+          for (auto& e : f.entries()) w->add(kOptimizerSection, e.name + ".step", torch::tensor(step, torch::kLong));
+        });
+        continue;
       }
+      torch::Tensor full = gather_flat(shard_pg(), local_field(*optimizer, f, field), f.padded_numel());
+      guarded([&] {
+        for (auto& e : f.entries())
+          w->add(kOptimizerSection, e.name + "." + field, full.narrow(0, e.offset, e.numel).view(e.shape));
+      });
     }
   }
-  optimizer_state_from_tensors(optimizer, optimizer_params(module), local, source);
+  guarded([&] {
+    for (auto& kv : module.named_buffers()) w->add(kModelSection, kv.key(), kv.value());
+    for (const auto& [k, v] : rng) w->add(kRngSection, k, v);
+    w->commit(detail::checkpoint_fields(header), detail::checkpoint_index_meta(header));
+  });
+  detail::agree_or_throw(*this, error, "saving checkpoint '" + path + "'");
+}
+
+void FSDPStrategy::save_sharded(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
+                                const std::string& path) {
+  torch::NoGradGuard ng;
+  const auto fields = optimizer ? optimizer_fields(*optimizer) : std::vector<std::string>{};
+  std::vector<int64_t> steps;  // per unit (a collective within the shard group)
+  if (std::count(fields.begin(), fields.end(), "step"))
+    for (auto& u : units_) steps.push_back(unit_step(*optimizer, *u.flat, shard_pg()));
+  ShardedCheckpointWriter sw(path, global_rank(), world_size(), [this](const std::string& error, const std::string& what) {
+    detail::agree_or_throw(*this, error, what);
+  });
+  std::string error;
+  try {
+    ArchiveWriter& file = sw.file();
+    // The first replica (global ranks 0 .. shard size - 1; shard index = rank) writes the parameters
+    // and optimizer state; every rank writes its own RNG states.
+    const bool writes_params = global_rank() < shard_size_;
+    for (size_t ui = 0; ui < units_.size(); ++ui) {
+      auto& f = *units_[ui].flat;
+      if (writes_params)
+        for (auto& s : f.slices()) {
+          const auto& e = f.entries()[s.entry];
+          file.add(kModelSection, e.name, f.shard().narrow(0, s.shard_offset, s.length));
+          for (const auto& field : fields) {
+            if (field == "step") {
+              file.add(kOptimizerSection, e.name + ".step", torch::tensor(steps[ui], torch::kLong));
+              continue;
+            }
+            for_each_optimizer_state(*optimizer, {{e.name, s.view}},
+                                     [&](const std::string&, const std::string& name, const torch::Tensor& t) {
+                                       if (name == field) file.add(kOptimizerSection, e.name + "." + field, t.reshape({-1}));
+                                     });
+          }
+        }
+      if (global_rank() != 0) continue;
+      // The manifest: where every rank's pieces of every parameter are (the layout is the same
+      // arithmetic on every rank: shard q holds flat elements [q * S, (q + 1) * S)).
+      const int64_t S = f.shard_numel();
+      for (const auto& e : f.entries())
+        for (int64_t q = 0; q < shard_size_; ++q) {
+          const int64_t lo = std::max(e.offset, q * S), hi = std::min(e.offset + e.numel, (q + 1) * S);
+          if (lo >= hi) continue;
+          sw.declare(kModelSection, e.name, at::kFloat, e.shape, q, lo - e.offset, hi - lo);
+          for (const auto& field : fields) {
+            if (field == "step") {
+              if (lo == e.offset) sw.declare(kOptimizerSection, e.name + ".step", at::kLong, {}, q, 0, 1);  // once
+            } else
+              sw.declare(kOptimizerSection, e.name + "." + field, at::kFloat, e.shape, q, lo - e.offset, hi - lo);
+          }
+        }
+    }
+    if (global_rank() == 0)
+      for (auto& kv : module.named_buffers()) {
+        file.add(kModelSection, kv.key(), kv.value());
+        sw.declare(kModelSection, kv.key(), kv.value().scalar_type(), kv.value().sizes().vec(), 0, 0, kv.value().numel());
+      }
+    for (const auto& [k, v] : header.rng_states) {
+      file.add(kRngSection, "rank" + std::to_string(global_rank()) + "." + k, v);
+      if (global_rank() == 0)  // every rank's generators have the same state size
+        for (int64_t r = 0; r < world_size(); ++r)
+          sw.declare(kRngSection, "rank" + std::to_string(r) + "." + k, v.scalar_type(), v.sizes().vec(), r, 0, v.numel());
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  sw.commit(header, error);
+}
+
+void FSDPStrategy::load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
+                                   const CheckpointReader& ckpt) {
+  if (units_.empty()) return Strategy::load_checkpoint(module, optimizer, ckpt);
+  torch::NoGradGuard ng;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+  for (auto& u : units_)
+    for (auto& e : u.flat->entries()) expected.emplace_back(e.name, e.shape);
+  for (auto& kv : module.named_buffers()) expected.emplace_back(kv.key(), kv.value().sizes().vec());
+  detail::check_checkpoint_model(ckpt, expected);
+  // Just this rank's ranges: a full file is read in pieces, a sharded folder through its manifest.
+  for (auto& u : units_) {
+    auto& f = *u.flat;
+    auto& shard = const_cast<torch::Tensor&>(f.shard());
+    for (auto& s : f.slices())
+      shard.narrow(0, s.shard_offset, s.length)
+          .copy_(ckpt.read_flat(kModelSection, f.entries()[s.entry].name, s.param_offset, s.length));
+  }
+  for (auto& kv : module.named_buffers()) kv.value().copy_(ckpt.read(kModelSection, kv.key()));
+  if (!optimizer || ckpt.names(kOptimizerSection).empty()) return;
+  // Unit by unit: at most one unit's optimizer state is in flight besides the optimizer's own.
+  for (auto& u : units_) {
+    auto& f = *u.flat;
+    std::map<std::string, torch::Tensor> local;
+    NamedTensors params;
+    for (auto& s : f.slices()) {
+      const auto& e = f.entries()[s.entry];
+      params.emplace_back(e.name, s.view);
+      for (const auto& field : kStateFields) {
+        const std::string key = e.name + "." + field;
+        if (!ckpt.has(kOptimizerSection, key)) continue;
+        if (field == "step") {
+          local[key] = ckpt.read(kOptimizerSection, key);
+          continue;
+        }
+        VOLT_CHECK(ckpt.tensor(kOptimizerSection, key).numel == e.numel, CheckpointError, ckpt.path(),
+                   ": optimizer state '", key, "' has ", ckpt.tensor(kOptimizerSection, key).numel,
+                   " elements, the parameter ", e.numel);
+        local[key] = ckpt.read_flat(kOptimizerSection, key, s.param_offset, s.length);
+      }
+    }
+    optimizer_state_from_tensors(*optimizer, params, local, ckpt.path());
+  }
 }
 
 void FSDPStrategy::teardown(LightningModule& module) {

@@ -62,12 +62,15 @@ class FSDPStrategy : public ParallelStrategy {
   void zero_grad(torch::optim::Optimizer& optimizer) override;
 
   std::map<std::string, torch::Tensor> model_state_dict(LightningModule& module) override;
-  void load_model_state_dict(LightningModule& module, const std::map<std::string, torch::Tensor>& state,
-                             const std::string& source) override;
-  std::map<std::string, torch::Tensor> optimizer_state_dict(LightningModule& module,
-                                                            torch::optim::Optimizer& optimizer) override;
-  void load_optimizer_state_dict(LightningModule& module, torch::optim::Optimizer& optimizer,
-                                 const std::map<std::string, torch::Tensor>& state, const std::string& source) override;
+  std::string checkpoint_format() const override { return options_.state_dict_type; }
+  /// "full": each unit's parameters and optimizer state are all-gathered in turn and rank 0 writes
+  /// them (memory: one unit). "sharded": every rank writes its own flat ranges, no gathering.
+  void save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
+                       const std::string& path) override;
+  /// Reads just this rank's ranges of every parameter (and of its optimizer state), from either
+  /// format, whatever world size, wrap policy or sharding strategy wrote it.
+  void load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
+                       const CheckpointReader& checkpoint) override;
 
   // ---- introspection (tests, summaries, benchmarks) -------------------------------------------
   struct UnitInfo {
@@ -98,6 +101,12 @@ class FSDPStrategy : public ParallelStrategy {
   void finish_backward();
   void install_grad_hooks(size_t unit);
   bool may_prefetch() const;
+  /// Optimizer state fields present on any rank (collective), in kStateFields order.
+  std::vector<std::string> optimizer_fields(torch::optim::Optimizer& optimizer);
+  void save_full(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
+                 const std::string& path);
+  void save_sharded(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
+                    const std::string& path);
 
   FSDPOptions options_;
   at::ScalarType param_dtype_ = at::kFloat;

@@ -1,5 +1,8 @@
 #include <torch/torch.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <caffe2/serialize/inline_container.h>
 #include <catch2/catch.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,13 +14,18 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "boring_model.h"
+#include "checkpoint/checkpoint_support.h"
 #include "volt/checkpoint/checkpoint.h"
+#include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/optimizer_state.h"
 #include "volt/core/errors.h"
+#include "volt/core/files.h"
 #include "volt/strategies/strategy.h"
 #include "volt/trainer/trainer.h"
 
@@ -27,29 +35,6 @@ namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 
 namespace {
-
-std::vector<char> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-void write_bytes(const std::string& path, const char* data, size_t n) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data, static_cast<std::streamsize>(n));
-}
-
-/// Runs f, expects a CheckpointError, returns its message.
-template <class F>
-std::string checkpoint_error(F&& f) {
-  try {
-    f();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("expected a CheckpointError, got: " << e.what());
-  }
-  FAIL("expected a CheckpointError, nothing was thrown");
-  return {};
-}
 
 Checkpoint sample_checkpoint() {
   Checkpoint c;
@@ -67,12 +52,46 @@ Checkpoint sample_checkpoint() {
   c.state_dict["transposed"] = torch::randn({3, 5}, gen).t();  // not contiguous
   c.optimizer_state["block0.linear.weight.exp_avg"] = torch::randn({4, 3}, gen);
   c.optimizer_state["block0.linear.weight.step"] = torch::tensor(7, torch::kLong);
+  c.rng_states["rank0.cpu"] = torch::arange(40, torch::kByte);
   c.meta["loops"]["batch_in_epoch"] = 5;
   c.meta["hyper_parameters"]["lr"] = 0.25;
   c.meta["hyper_parameters"]["layers"].push_back(32);
   c.meta["hyper_parameters"]["layers"].push_back(16);
   c.meta["extra"]["note"] = "hello: world";
   return c;
+}
+
+/// Rewrites the zip at `path` record by record, passing its volt index (volt/index.yaml) through
+/// `edit`: a file that is valid in every way except what `edit` changes.
+void rewrite_index(const std::string& path, const std::function<void(YAML::Node&)>& edit) {
+  std::vector<std::pair<std::string, std::string>> records;
+  bool had_index = false;
+  {
+    caffe2::serialize::PyTorchStreamReader in(path);
+    for (const auto& name : in.getAllRecords()) {
+      if (name == "version" || name == ".data/version") continue;  // the writer adds its own
+      auto [data, size] = in.getRecord(name);
+      std::string bytes(static_cast<const char*>(data.get()), size);
+      if (name == "volt/index.yaml") {
+        had_index = true;
+        YAML::Node index = YAML::Load(bytes);
+        edit(index);
+        bytes = YAML::Dump(index);
+      }
+      records.emplace_back(name, std::move(bytes));
+    }
+  }
+  REQUIRE(had_index);
+  std::string out;
+  {
+    caffe2::serialize::PyTorchStreamWriter w([&](const void* d, size_t n) -> size_t {
+      out.append(static_cast<const char*>(d), n);
+      return n;
+    });
+    for (const auto& [name, bytes] : records) w.writeRecord(name, bytes.data(), bytes.size());
+    w.writeEndOfFile();
+  }
+  write_bytes(path, out.data(), out.size());
 }
 
 void check_same_tensors(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
@@ -194,19 +213,43 @@ TEST_CASE("checkpoint file round trip", "[checkpoint]") {
   CHECK(r.global_step == 42);
   check_same_tensors(c.state_dict, r.state_dict);
   check_same_tensors(c.optimizer_state, r.optimizer_state);
+  check_same_tensors(c.rng_states, r.rng_states);
   CHECK(r.meta["loops"]["batch_in_epoch"].as<int>() == 5);
   CHECK(r.meta["hyper_parameters"]["lr"].as<double>() == 0.25);
   REQUIRE(r.meta["hyper_parameters"]["layers"].IsSequence());
   CHECK(r.meta["hyper_parameters"]["layers"][1].as<int>() == 16);
   CHECK(r.meta["extra"]["note"].as<std::string>() == "hello: world");
-  CHECK_FALSE(r.meta["checksums"]);  // internal bookkeeping is not handed back
+  // The metadata comes back as it was given: the index's own bookkeeping (epoch, global_step, the
+  // checksums) is not mixed into it.
+  CHECK(YAML::Dump(r.meta) == YAML::Dump(c.meta));
+  CHECK_FALSE(r.meta["global_step"]);
+  CHECK_FALSE(r.meta["checksums"]);
 
-  // torch.save-compatible layout: a dict with state_dict inside.
+  // torch.save-compatible layout: Lightning's top-level dict, the tensors' data in the records.
   auto root = torch::pickle_load(read_bytes(path));
   REQUIRE(root.isGenericDict());
   auto d = root.toGenericDict();
-  CHECK(d.contains("state_dict"));
+  std::set<std::string> keys;
+  for (const auto& kv : d) keys.insert(kv.key().toStringRef());
+  CHECK(keys == std::set<std::string>{"epoch", "global_step", "format_version", "volt_meta", "state_dict",
+                                      "optimizer_states", "rng_states"});
+  CHECK(d.at("epoch").toInt() == 3);
   CHECK(d.at("global_step").toInt() == 42);
+  CHECK(d.at("format_version").toInt() == kCheckpointFormatVersion);
+  CHECK(YAML::Load(d.at("volt_meta").toStringRef())["extra"]["note"].as<std::string>() == "hello: world");
+  auto pickled_sd = d.at("state_dict").toGenericDict();
+  CHECK(pickled_sd.size() == c.state_dict.size());
+  for (const auto& [k, v] : c.state_dict) {
+    INFO("pickled state_dict/" << k);
+    REQUIRE(pickled_sd.contains(k));
+    CHECK(torch::equal(pickled_sd.at(k).toTensor(), v));
+  }
+  auto pickled_opt = d.at("optimizer_states").toGenericDict();
+  REQUIRE(pickled_opt.contains("block0.linear.weight.step"));
+  CHECK(pickled_opt.at("block0.linear.weight.step").toTensor().item<int64_t>() == 7);
+  auto pickled_rng = d.at("rng_states").toGenericDict();
+  REQUIRE(pickled_rng.contains("rank0.cpu"));
+  CHECK(torch::equal(pickled_rng.at("rank0.cpu").toTensor(), c.rng_states.at("rank0.cpu")));
 
   // Overwriting an existing checkpoint replaces it.
   Checkpoint c2 = c;
@@ -231,7 +274,7 @@ TEST_CASE("a failed write leaves the previous file intact", "[checkpoint]") {
     fs::create_directories(tmp);
     auto msg = checkpoint_error([&] { save_checkpoint_file(next, path); });
     CHECK_THAT(msg, Contains(path));
-    fs::remove_all(tmp);
+    volt::detail::remove_tree(tmp);
   }
   SECTION("the final rename fails") {
     // A path that is a directory cannot be replaced by a file; an existing file elsewhere stays.
@@ -302,6 +345,7 @@ TEST_CASE("missing, empty, truncated and foreign files are CheckpointErrors nami
     CHECK_THAT(checkpoint_error([&] { load_checkpoint_file(path); }), Contains(path));
   }
   SECTION("a torch pickle that is not a volt checkpoint") {
+    // A plain torch.save file (what volt before format 2 wrote, too): no volt index.
     const std::string path = dir + "/foreign.pt";
     c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
     d.insert("weights", torch::ones({2}));
@@ -309,22 +353,23 @@ TEST_CASE("missing, empty, truncated and foreign files are CheckpointErrors nami
     write_bytes(path, bytes.data(), bytes.size());
     auto msg = checkpoint_error([&] { load_checkpoint_file(path); });
     CHECK_THAT(msg, Contains(path));
+    CHECK_THAT(msg, Contains("not a volt checkpoint"));
   }
   SECTION("another format version") {
+    // A valid checkpoint whose index says it is of the next format version.
     const std::string path = dir + "/future.ckpt";
-    c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
-    c10::Dict<std::string, at::Tensor> empty;
-    d.insert("epoch", int64_t{0});
-    d.insert("global_step", int64_t{0});
-    d.insert("state_dict", c10::impl::toGenericDict(empty));
-    d.insert("optimizer_states", c10::impl::toGenericDict(empty));
-    d.insert("volt_meta", std::string("checksums: {state_dict: {}, optimizer_states: {}}"));
-    d.insert("format_version", int64_t{kCheckpointFormatVersion + 1});
-    auto bytes = torch::pickle_save(d);
-    write_bytes(path, bytes.data(), bytes.size());
+    save_checkpoint_file(sample_checkpoint(), path);
+    REQUIRE_NOTHROW(load_checkpoint_file(path));  // the rewrite alone changes nothing else
+    rewrite_index(path, [](YAML::Node& index) {});
+    REQUIRE_NOTHROW(load_checkpoint_file(path));
+    int64_t future = 0;
+    rewrite_index(path, [&](YAML::Node& index) {
+      future = index["format_version"].as<int64_t>() + 1;
+      index["format_version"] = future;
+    });
     auto msg = checkpoint_error([&] { load_checkpoint_file(path); });
     CHECK_THAT(msg, Contains(path));
-    CHECK_THAT(msg, Contains(std::to_string(kCheckpointFormatVersion + 1)));
+    CHECK_THAT(msg, Contains("format version " + std::to_string(future)));
   }
 }
 
@@ -351,40 +396,86 @@ TEST_CASE("a flipped byte in tensor data is detected", "[checkpoint]") {
   auto msg = checkpoint_error([&] { load_checkpoint_file(path); });
   INFO(msg);
   CHECK_THAT(msg, Contains(path));
-  const bool says_corrupted = msg.find("corrupt") != std::string::npos || msg.find("checksum") != std::string::npos;
-  CHECK(says_corrupted);
+  CHECK_THAT(msg, Contains("checksum"));
   CHECK_THAT(msg, Contains("big"));  // names the damaged tensor
+  // The undamaged tensor still reads.
+  CheckpointReader reader(path);
+  CHECK(torch::equal(reader.read(kModelSection, "other"), torch::ones({3})));
+  CHECK_THAT(checkpoint_error([&] { reader.read(kModelSection, "big"); }), Contains("checksum"));
 }
 
 TEST_CASE("loading a checkpoint into a model of another shape is a CheckpointError", "[checkpoint]") {
   SingleDeviceStrategy s(Precision("32-true", "cpu"), "cpu");
   auto m = model(0);
-  const std::string path = temp_dir("ckpt-shape") + "/m.ckpt";
-  Checkpoint c;
-  c.state_dict = s.model_state_dict(*m);
-  save_checkpoint_file(c, path);
-  auto sd = load_checkpoint_file(path).state_dict;
+  const std::string dir = temp_dir("ckpt-shape");
+  const std::string path = dir + "/m.ckpt";
+  s.save_checkpoint(*m, nullptr, Checkpoint{}, path);
+  CheckpointReader reader(path);
+  CHECK(reader.format() == "full");
+  CHECK(reader.names(kModelSection).size() == m->named_parameters().size());
 
   // Same shape: loads, weights equal.
   auto same = model(9);
   REQUIRE_FALSE(params_equal(*m, *same));
-  s.load_model_state_dict(*same, sd, path);
+  s.load_checkpoint(*same, nullptr, reader);
   CHECK(params_equal(*m, *same));
 
   BoringOptions narrow;
   narrow.hidden = 16;
   auto other = model(0, narrow);
-  auto msg = checkpoint_error([&] { s.load_model_state_dict(*other, sd, path); });
+  auto msg = checkpoint_error([&] { s.load_checkpoint(*other, nullptr, reader); });
   CHECK_THAT(msg, Contains(path));
   CHECK_THAT(msg, Contains("block0.linear.weight"));
 
   BoringOptions deeper;
   deeper.blocks = 3;
   auto more = model(0, deeper);
-  CHECK_THAT(checkpoint_error([&] { s.load_model_state_dict(*more, sd, path); }), Contains("block2"));
+  CHECK_THAT(checkpoint_error([&] { s.load_checkpoint(*more, nullptr, reader); }), Contains("block2"));
   // A checkpoint with extra tensors is refused too.
-  auto more_sd = s.model_state_dict(*more);
-  CHECK_THAT(checkpoint_error([&] { s.load_model_state_dict(*m, more_sd, path); }), Contains(path));
+  const std::string more_path = dir + "/more.ckpt";
+  s.save_checkpoint(*more, nullptr, Checkpoint{}, more_path);
+  CheckpointReader more_reader(more_path);
+  CHECK_THAT(checkpoint_error([&] { s.load_checkpoint(*m, nullptr, more_reader); }), Contains(more_path));
+}
+
+TEST_CASE("SingleDeviceStrategy::save_checkpoint and load_checkpoint carry the model and the optimizer state",
+          "[checkpoint]") {
+  SingleDeviceStrategy s(Precision("32-true", "cpu"), "cpu");
+  auto m1 = model(1);
+  torch::optim::Adam opt1(m1->parameters(), torch::optim::AdamOptions(0.01));
+  train_steps(*m1, opt1, 0, 3);
+  const auto state = optimizer_state_to_tensors(opt1, named(*m1));
+  REQUIRE_FALSE(state.empty());
+
+  const std::string dir = temp_dir("ckpt-strategy");
+  Checkpoint header;
+  header.epoch = 2;
+  header.global_step = 3;
+  header.meta["extra"]["tag"] = "strategy";
+  header.rng_states["cpu"] = torch::arange(8, torch::kByte);
+  s.save_checkpoint(*m1, &opt1, header, dir + "/full.ckpt");
+  s.save_checkpoint(*m1, nullptr, header, dir + "/weights.ckpt");
+
+  CheckpointReader r(dir + "/full.ckpt");
+  CHECK(r.epoch() == 2);
+  CHECK(r.global_step() == 3);
+  CHECK(r.meta()["extra"]["tag"].as<std::string>() == "strategy");
+  CHECK(r.names(kOptimizerSection).size() == state.size());
+  // This rank's generators are stored under its rank.
+  CHECK(r.names(kRngSection) == std::vector<std::string>{"rank0.cpu"});
+  CHECK(torch::equal(r.read(kRngSection, "rank0.cpu"), torch::arange(8, torch::kByte)));
+  CHECK(CheckpointReader(dir + "/weights.ckpt").names(kOptimizerSection).empty());
+
+  auto m2 = model(2);
+  torch::optim::Adam opt2(m2->parameters(), torch::optim::AdamOptions(0.01));
+  REQUIRE_FALSE(params_equal(*m1, *m2));
+  s.load_checkpoint(*m2, &opt2, r);
+  CHECK(params_equal(*m1, *m2));
+  check_same_tensors(state, optimizer_state_to_tensors(opt2, named(*m2)));
+  // Training continues as the uninterrupted run.
+  train_steps(*m1, opt1, 3, 2);
+  train_steps(*m2, opt2, 3, 2);
+  CHECK(params_equal(*m1, *m2));
 }
 
 TEST_CASE("Trainer::save_checkpoint writes Lightning's fields", "[checkpoint]") {
@@ -397,6 +488,8 @@ TEST_CASE("Trainer::save_checkpoint writes Lightning's fields", "[checkpoint]") 
   lo.batch_size = 8;
   DataLoader dl(std::make_shared<RandomDataset>(64), lo);
   t.fit(*m, dl);
+  // The CPU generator's state as the checkpoint sees it (saving draws no random numbers).
+  const torch::Tensor cpu_rng = at::detail::getDefaultCPUGenerator().get_state();
   t.save_checkpoint(root + "/full.ckpt");
   t.save_checkpoint(root + "/weights.ckpt", /*weights_only=*/true);
 
@@ -417,8 +510,20 @@ TEST_CASE("Trainer::save_checkpoint writes Lightning's fields", "[checkpoint]") 
     CHECK(torch::equal(full.state_dict.at(kv.key()), kv.value()));
   }
 
+  // RNG states of every rank, as Lightning's "rng_states" (rank 0 only here).
+  CHECK(full.rng_states.size() == 1);
+  REQUIRE(full.rng_states.count("rank0.cpu"));
+  const auto& saved_rng = full.rng_states.at("rank0.cpu");
+  CHECK(saved_rng.scalar_type() == torch::kByte);
+  CHECK(saved_rng.sizes() == cpu_rng.sizes());
+  CHECK(torch::equal(saved_rng, cpu_rng));
+  // Drawing changes the generator, so the comparison above says something.
+  (void)torch::rand({4});
+  CHECK_FALSE(torch::equal(saved_rng, at::detail::getDefaultCPUGenerator().get_state()));
+
   auto w = load_checkpoint_file(root + "/weights.ckpt");
   CHECK(w.optimizer_state.empty());
+  CHECK(w.rng_states.empty());
   CHECK(w.meta["weights_only"].as<bool>());
   check_same_tensors(full.state_dict, w.state_dict);
 }

@@ -2,10 +2,12 @@
 //   volt_test_worker --out=FILE [--trainer.KEY=VALUE ...] [--model.KEY=VALUE ...]
 //                    [--fault_rank=R --fault_step=S --fault_kind=exit|kill|hang]
 //                    [--rank_metric=true] [--checkpoint_monitor=M --checkpoint_top_k=K --checkpoint_filename=F]
+//                    [--checkpoint_every_n_train_steps=N] [--ckpt_path=PATH|last] [--fsize_limit=BYTES]
 // Trains the BoringModel (tests/boring_model.h) on RandomDataset and, on rank 0, writes
 // {state_dict, losses} to FILE with torch::pickle_save. With trainer.devices > 1 and no launcher
 // environment it self-launches the other ranks, exactly as the `volt` CLI does.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -39,13 +41,17 @@ struct WorkerConfig {
   std::string checkpoint_monitor;  // non-empty: a ModelCheckpoint monitoring it
   int64_t checkpoint_top_k = 1;
   std::string checkpoint_filename = "{epoch}-{step}";
+  int64_t checkpoint_every_n_train_steps = 0;  // > 0: a ModelCheckpoint saving every N steps and last.ckpt
+  std::string ckpt_path;                       // resume from it
+  int64_t fsize_limit = 0;                     // > 0: RLIMIT_FSIZE, as a disk that fills up
   template <class V>
   void visit(V& v) {
     v("trainer", trainer)("samples", samples)("batch_size", batch_size)("shuffle", shuffle)("blocks", blocks)(
         "hidden", hidden)("lr", lr)("adam", adam)("dropout", dropout)("out", out)("fault_rank", fault_rank)(
         "fault_step", fault_step)("fault_kind", fault_kind)("rank_metric", rank_metric)(
         "checkpoint_monitor", checkpoint_monitor)("checkpoint_top_k", checkpoint_top_k)(
-        "checkpoint_filename", checkpoint_filename);
+        "checkpoint_filename", checkpoint_filename)("checkpoint_every_n_train_steps", checkpoint_every_n_train_steps)(
+        "ckpt_path", ckpt_path)("fsize_limit", fsize_limit);
   }
 };
 
@@ -129,6 +135,11 @@ int main(int argc, char** argv) {
       apply_override(root, a.substr(2, a.find('=') - 2), a.substr(a.find('=') + 1));
     }
     auto cfg = options_from_yaml<WorkerConfig>(root, "");
+    if (cfg.fsize_limit > 0) {
+      ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG, as on a full disk
+      struct rlimit rl {static_cast<rlim_t>(cfg.fsize_limit), static_cast<rlim_t>(cfg.fsize_limit)};
+      ::setrlimit(RLIMIT_FSIZE, &rl);
+    }
     torch::set_num_threads(1);
     torch::manual_seed(cfg.trainer.seed.value_or(7));
     testing::BoringOptions bo;
@@ -153,8 +164,14 @@ int main(int argc, char** argv) {
       mo.filename = cfg.checkpoint_filename;
       cbs.push_back(std::make_shared<ModelCheckpoint>(mo));
     }
+    if (cfg.checkpoint_every_n_train_steps > 0) {
+      ModelCheckpointOptions mo;
+      mo.every_n_train_steps = cfg.checkpoint_every_n_train_steps;
+      mo.save_last = true;
+      cbs.push_back(std::make_shared<ModelCheckpoint>(mo));
+    }
     Trainer trainer(cfg.trainer, cbs);
-    trainer.fit(model, loader, &val);
+    trainer.fit(model, loader, &val, cfg.ckpt_path);
     auto state = trainer.strategy().model_state_dict(model);
     if (trainer.is_global_zero() && !cfg.out.empty()) {
       c10::Dict<std::string, at::Tensor> sd;

@@ -1,0 +1,176 @@
+#include "volt/checkpoint/checkpoint_reader.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "volt/core/errors.h"
+
+namespace volt {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+}  // namespace
+
+CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
+  VOLT_CHECK(fs::exists(path_), CheckpointError, "checkpoint '", path_, "' does not exist");
+  try {
+    open();
+  } catch (const YAML::Exception& e) {
+    throw CheckpointError(detail::str_cat("checkpoint '", path_, "': its manifest or index lacks a field or is malformed (",
+                                          e.what(), "); it is damaged or not a volt checkpoint"));
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw CheckpointError(detail::str_cat("checkpoint '", path_, "': ", e.what()));
+  }
+}
+
+void CheckpointReader::open() {
+  YAML::Node meta;
+  if (fs::is_directory(path_)) {
+    format_ = "sharded";
+    const fs::path dir(path_);
+    VOLT_CHECK(fs::exists(dir / kManifestFile), CheckpointError, "'", path_,
+               "' is a folder without manifest.yaml: not a sharded volt checkpoint");
+    VOLT_CHECK(fs::exists(dir / kCompleteMarker), CheckpointError, "sharded checkpoint '", path_,
+               "' is incomplete: no COMPLETE marker (its save did not finish); resume from an earlier one");
+    const std::string text = read_text(dir / kManifestFile);
+    YAML::Node marker, m;
+    try {
+      marker = YAML::Load(read_text(dir / kCompleteMarker));
+      char sum[17];
+      std::snprintf(sum, sizeof sum, "%016llx",
+                    static_cast<unsigned long long>(detail::xxh64(text.data(), text.size())));
+      VOLT_CHECK(marker["manifest_xxh64"] && marker["manifest_xxh64"].as<std::string>() == sum, CheckpointError,
+                 "sharded checkpoint '", path_, "': manifest.yaml does not match its checksum in COMPLETE (corrupted or edited)");
+      m = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      throw CheckpointError(detail::str_cat("sharded checkpoint '", path_, "': unreadable manifest or marker: ", e.what()));
+    }
+    VOLT_CHECK(m["format"] && m["format"].as<std::string>() == "volt-sharded", CheckpointError, "'", path_,
+               "/manifest.yaml' is not a volt sharded manifest");
+    const int64_t fv = m["format_version"].as<int64_t>();
+    VOLT_CHECK(fv == kCheckpointFormatVersion, CheckpointError, "sharded checkpoint '", path_, "' has format version ",
+               fv, "; this volt reads version ", kCheckpointFormatVersion);
+    world_size_ = m["world_size"].as<int64_t>();
+    VOLT_CHECK(marker["world_size"].as<int64_t>() == world_size_, CheckpointError, "sharded checkpoint '", path_,
+               "': COMPLETE and manifest.yaml disagree on the world size");
+    const auto files = m["files"].as<std::vector<std::string>>();
+    VOLT_CHECK(static_cast<int64_t>(files.size()) == world_size_, CheckpointError, "sharded checkpoint '", path_,
+               "': the manifest lists ", files.size(), " files for a world of ", world_size_);
+    for (int64_t r = 0; r < world_size_; ++r) {
+      const fs::path f = dir / files[static_cast<size_t>(r)];
+      VOLT_CHECK(fs::exists(f), CheckpointError, "sharded checkpoint '", path_, "' is missing the shard file '",
+                 f.string(), "' of rank ", r, " (of ", world_size_, ")");
+      files_.push_back(std::make_unique<ArchiveReader>(f.string()));
+    }
+    epoch_ = m["epoch"].as<int64_t>();
+    global_step_ = m["global_step"].as<int64_t>();
+    meta_ = m["checkpoint"] ? m["checkpoint"] : YAML::Node(YAML::NodeType::Map);
+    if (m["tensors"])
+      for (const auto& sec : m["tensors"])
+        for (const auto& kv : sec.second) {
+          const std::string section = sec.first.as<std::string>(), name = kv.first.as<std::string>();
+          ShardedTensor t;
+          t.dtype = dtype_from_name(kv.second["dtype"].as<std::string>(), "sharded checkpoint '" + path_ + "'");
+          t.shape = kv.second["shape"].as<std::vector<int64_t>>();
+          t.numel = 1;
+          for (auto d : t.shape) t.numel *= d;
+          for (const auto& p : kv.second["pieces"]) {
+            ShardedTensor::Piece piece{p[0].as<int64_t>(), p[1].as<int64_t>(), p[2].as<int64_t>()};
+            VOLT_CHECK(piece.rank >= 0 && piece.rank < world_size_, CheckpointError, "sharded checkpoint '", path_,
+                       "': tensor '", section, "/", name, "' has a piece on rank ", piece.rank);
+            const ArchiveTensor* a = files_[static_cast<size_t>(piece.rank)]->find(section, name);
+            VOLT_CHECK(a != nullptr && a->numel == piece.length && a->dtype == t.dtype, CheckpointError,
+                       "sharded checkpoint '", path_, "': shard file '", files_[static_cast<size_t>(piece.rank)]->path(),
+                       "' lacks the piece of '", section, "/", name, "' the manifest lists (or it has another size)");
+            t.pieces.push_back(piece);
+          }
+          manifest_[section][name] = std::move(t);
+        }
+  } else {
+    format_ = "full";
+    files_.push_back(std::make_unique<ArchiveReader>(path_));
+    const YAML::Node& im = files_[0]->meta();
+    VOLT_CHECK(im["epoch"] && im["global_step"], CheckpointError, "checkpoint '", path_,
+               "' lacks epoch/global_step: not a volt training checkpoint");
+    VOLT_CHECK(!im["rank"], CheckpointError, "'", path_, "' is one rank's file of a sharded checkpoint; load its folder '",
+               fs::path(path_).parent_path().string(), "' instead");
+    epoch_ = im["epoch"].as<int64_t>();
+    global_step_ = im["global_step"].as<int64_t>();
+    meta_ = im["checkpoint"] ? im["checkpoint"] : YAML::Node(YAML::NodeType::Map);
+    if (meta_["world_size"]) world_size_ = meta_["world_size"].as<int64_t>();
+    for (const auto& [section, tensors] : files_[0]->index())
+      for (const auto& [name, a] : tensors) {
+        ShardedTensor t;
+        t.dtype = a.dtype;
+        t.shape = a.shape;
+        t.numel = a.numel;
+        t.pieces.push_back({0, 0, a.numel});
+        manifest_[section][name] = std::move(t);
+      }
+  }
+}
+
+std::vector<std::string> CheckpointReader::names(const std::string& section) const {
+  std::vector<std::string> out;
+  auto s = manifest_.find(section);
+  if (s != manifest_.end())
+    for (const auto& kv : s->second) out.push_back(kv.first);
+  return out;
+}
+
+bool CheckpointReader::has(const std::string& section, const std::string& name) const {
+  auto s = manifest_.find(section);
+  return s != manifest_.end() && s->second.count(name) > 0;
+}
+
+const ShardedTensor& CheckpointReader::tensor(const std::string& section, const std::string& name) const {
+  VOLT_CHECK(has(section, name), CheckpointError, "checkpoint '", path_, "' has no tensor '", section, "/", name,
+             "' (a checkpoint of another model?)");
+  return manifest_.at(section).at(name);
+}
+
+torch::Tensor CheckpointReader::read(const std::string& section, const std::string& name) const {
+  const ShardedTensor& t = tensor(section, name);
+  return read_flat(section, name, 0, t.numel).view(t.shape);
+}
+
+torch::Tensor CheckpointReader::read_flat(const std::string& section, const std::string& name, int64_t start,
+                                          int64_t length) const {
+  const ShardedTensor& t = tensor(section, name);
+  VOLT_CHECK(start >= 0 && length >= 0 && start + length <= t.numel, CheckpointError, "checkpoint '", path_,
+             "': elements [", start, ", ", start + length, ") of '", section, "/", name, "' are out of range (",
+             t.numel, " elements)");
+  if (t.pieces.size() == 1 && t.pieces[0].start == 0 && t.pieces[0].length == t.numel)
+    return files_[static_cast<size_t>(t.pieces[0].rank)]->read_flat(section, name, start, length);
+  torch::Tensor out = torch::empty({length}, torch::TensorOptions().dtype(t.dtype));
+  // Pieces in order of their start; a replicated piece (the same range on several ranks) is read once.
+  std::vector<const ShardedTensor::Piece*> order;
+  for (const auto& p : t.pieces) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->start < b->start; });
+  int64_t pos = start;
+  const int64_t end = start + length;
+  for (const auto* p : order) {
+    if (pos >= end) break;
+    const int64_t hi = std::min(end, p->start + p->length);
+    if (p->start > pos || hi <= pos) continue;
+    out.narrow(0, pos - start, hi - pos)
+        .copy_(files_[static_cast<size_t>(p->rank)]->read_flat(section, name, pos - p->start, hi - pos));
+    pos = hi;
+  }
+  VOLT_CHECK(pos == end, CheckpointError, "sharded checkpoint '", path_, "': the pieces of '", section, "/", name,
+             "' do not cover elements [", pos, ", ", end, ")");
+  return out;
+}
+
+}  // namespace volt

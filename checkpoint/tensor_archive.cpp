@@ -1,0 +1,469 @@
+#include "volt/checkpoint/tensor_archive.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "volt/core/errors.h"
+
+namespace volt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kArchiveFormatVersion = 2;
+const char* const kIndexRecord = "volt/index.yaml";
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::vector<uint64_t> chunk_sums(const void* data, int64_t nbytes) {
+  std::vector<uint64_t> out;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (int64_t off = 0; off < nbytes; off += kChecksumChunkBytes)
+    out.push_back(detail::xxh64(p + off, static_cast<size_t>(std::min(kChecksumChunkBytes, nbytes - off))));
+  return out;
+}
+
+/// A tensor with the right dtype, shape and storage size but no data: the pickle only needs its
+/// metadata (the bytes were already written as records).
+at::Tensor placeholder(const ArchiveTensor& t) {
+  at::Storage storage(at::Storage::use_byte_size_t(), static_cast<size_t>(t.nbytes()),
+                      at::DataPtr(nullptr, at::Device(at::kCPU)), /*allocator=*/nullptr, /*resizable=*/false);
+  std::vector<int64_t> strides(t.shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(t.shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * std::max<int64_t>(t.shape[i + 1], 1);
+  return at::empty({0}, at::TensorOptions().dtype(t.dtype)).set_(storage, 0, t.shape, strides);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// dtype names
+
+std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
+
+at::ScalarType dtype_from_name(const std::string& name, const std::string& where) {
+  for (at::ScalarType t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong, at::kInt, at::kShort,
+                           at::kChar, at::kByte, at::kBool, at::kComplexFloat, at::kComplexDouble})
+    if (name == c10::toString(t)) return t;
+  throw CheckpointError(detail::str_cat(where, ": unknown dtype '", name, "'"));
+}
+
+namespace detail {
+
+// ---------------------------------------------------------------------------------------------
+// XXH64, after the reference description of xxHash (BSD-2, Yann Collet)
+
+namespace {
+constexpr uint64_t P1 = 0x9E3779B185EBCA87ULL, P2 = 0xC2B2AE3D27D4EB4FULL, P3 = 0x165667B19E3779F9ULL,
+                   P4 = 0x85EBCA77C2B2AE63ULL, P5 = 0x27D4EB2F165667C5ULL;
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t read64(const unsigned char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;  // little-endian hosts only (x86-64, aarch64)
+}
+inline uint32_t read32(const unsigned char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint64_t round(uint64_t acc, uint64_t input) {
+  acc += input * P2;
+  acc = rotl(acc, 31);
+  return acc * P1;
+}
+inline uint64_t merge(uint64_t acc, uint64_t v) {
+  acc ^= round(0, v);
+  return acc * P1 + P4;
+}
+}  // namespace
+
+uint64_t xxh64(const void* data, size_t n, uint64_t seed) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  const unsigned char* end = p + n;
+  uint64_t h;
+  if (n >= 32) {
+    uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
+    const unsigned char* limit = end - 32;
+    do {
+      v1 = round(v1, read64(p));
+      v2 = round(v2, read64(p + 8));
+      v3 = round(v3, read64(p + 16));
+      v4 = round(v4, read64(p + 24));
+      p += 32;
+    } while (p <= limit);
+    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
+    h = merge(h, v1);
+    h = merge(h, v2);
+    h = merge(h, v3);
+    h = merge(h, v4);
+  } else {
+    h = seed + P5;
+  }
+  h += static_cast<uint64_t>(n);
+  for (; p + 8 <= end; p += 8) {
+    h ^= round(0, read64(p));
+    h = rotl(h, 27) * P1 + P4;
+  }
+  if (p + 4 <= end) {
+    h ^= static_cast<uint64_t>(read32(p)) * P1;
+    h = rotl(h, 23) * P2 + P3;
+    p += 4;
+  }
+  for (; p < end; ++p) {
+    h ^= static_cast<uint64_t>(*p) * P5;
+    h = rotl(h, 11) * P1;
+  }
+  h ^= h >> 33;
+  h *= P2;
+  h ^= h >> 29;
+  h *= P3;
+  h ^= h >> 32;
+  return h;
+}
+
+void fsync_dir(const std::string& dir) {
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void atomic_write(const std::string& path, const char* data, size_t size) {
+  const fs::path target(path);
+  if (target.has_parent_path()) {
+    std::error_code ec;
+    fs::create_directories(target.parent_path(), ec);
+    VOLT_CHECK(!ec, CheckpointError, "cannot write '", path, "': cannot create directory '",
+               target.parent_path().string(), "': ", ec.message());
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  VOLT_CHECK(fd >= 0, CheckpointError, "cannot open '", tmp, "' for writing: ", std::strerror(errno));
+  size_t done = 0;
+  while (done < size) {
+    ssize_t w = ::write(fd, data + done, size - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw CheckpointError(str_cat("writing '", path, "' failed after ", done, " of ", size,
+                                    " bytes: ", std::strerror(err), "; the previous file is untouched"));
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw CheckpointError(str_cat("flushing '", path, "' failed: ", std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw CheckpointError(str_cat("renaming '", tmp, "' to '", path, "' failed: ", std::strerror(err)));
+  }
+  fsync_dir(target.has_parent_path() ? target.parent_path().string() : ".");
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// writer
+
+ArchiveWriter::ArchiveWriter(std::string path) : path_(std::move(path)) {
+  const fs::path target(path_);
+  if (target.has_parent_path()) {
+    std::error_code ec;
+    fs::create_directories(target.parent_path(), ec);
+    VOLT_CHECK(!ec, CheckpointError, "cannot write checkpoint '", path_, "': cannot create directory '",
+               target.parent_path().string(), "': ", ec.message());
+  }
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  VOLT_CHECK(fd_ >= 0, CheckpointError, "cannot open '", tmp_, "' for writing checkpoint '", path_,
+             "': ", std::strerror(errno));
+  zip_ = std::make_unique<caffe2::serialize::PyTorchStreamWriter>(
+      [this](const void* data, size_t n) -> size_t { return write_raw(data, n); });
+}
+
+ArchiveWriter::~ArchiveWriter() {
+  if (committed_) return;
+  // The zip writer finishes the archive in its destructor and, after a failed write, may throw
+  // there: finish it into a discarding sink first, and leak it if even that fails.
+  discard_ = true;
+  bool finished = zip_->finalized();
+  try {
+    if (!finished) zip_->writeEndOfFile();
+    finished = true;
+  } catch (...) {
+  }
+  if (finished)
+    zip_.reset();
+  else
+    (void)zip_.release();
+  if (fd_ >= 0) ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+size_t ArchiveWriter::write_raw(const void* data, size_t n) {
+  if (discard_) return n;
+  const char* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::write(fd_, p + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      write_errno_ = w < 0 ? errno : ENOSPC;
+      return done;  // the zip writer sees a short write and throws; add()/commit() explain
+    }
+    done += static_cast<size_t>(w);
+  }
+  written_ += n;
+  return n;
+}
+
+namespace {
+template <class F>
+void guarded_write(const std::string& path, const int& write_errno, uint64_t written, F&& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    if (write_errno != 0)
+      throw CheckpointError(detail::str_cat("writing checkpoint '", path, "' failed after ", written, " bytes: ",
+                                            std::strerror(write_errno), "; the previous checkpoint is untouched"));
+    throw CheckpointError(detail::str_cat("writing checkpoint '", path, "' failed: ", e.what_without_backtrace()));
+  }
+}
+}  // namespace
+
+void ArchiveWriter::add(const std::string& section, const std::string& name, const torch::Tensor& t) {
+  VOLT_CHECK(!committed_, CheckpointError, "checkpoint '", path_, "': add() after commit()");
+  VOLT_CHECK(t.defined(), CheckpointError, "checkpoint '", path_, "': tensor '", section, "/", name, "' is undefined");
+  auto& sec = index_[section];
+  VOLT_CHECK(!sec.count(name), CheckpointError, "checkpoint '", path_, "': tensor '", section, "/", name,
+             "' written twice");
+  torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+  ArchiveTensor a;
+  a.key = std::to_string(next_key_++);
+  a.dtype = c.scalar_type();
+  a.shape = c.sizes().vec();
+  a.numel = c.numel();
+  static const char kEmpty = 0;
+  const void* data = a.numel > 0 ? c.data_ptr() : &kEmpty;
+  a.chunk_sums = chunk_sums(data, a.nbytes());
+  guarded_write(path_, write_errno_, written_,
+                [&] { zip_->writeRecord("data/" + a.key, data, static_cast<size_t>(a.nbytes())); });
+  sec[name] = std::move(a);
+  auto& order = order_[section];
+  if (order.empty()) section_order_.push_back(section);
+  order.push_back(name);  // the pickled dict keeps the order of add(), e.g. the module's
+}
+
+void ArchiveWriter::commit(const std::vector<std::pair<std::string, c10::IValue>>& fields, const YAML::Node& meta) {
+  VOLT_CHECK(!committed_, CheckpointError, "checkpoint '", path_, "': commit() twice");
+  // The pickle: {fields..., section: {name: tensor}}, tensors pointing at the records by key.
+  std::map<const void*, std::string> keys;
+  std::vector<at::Tensor> keep;
+  c10::impl::GenericDict root(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [k, v] : fields) root.insert(k, v);
+  for (const auto& s : section_order_) {
+    c10::Dict<std::string, at::Tensor> d;
+    for (const auto& name : order_.at(s)) {
+      const ArchiveTensor& a = index_.at(s).at(name);
+      at::Tensor p = placeholder(a);
+      keys[p.storage().unsafeGetStorageImpl()] = a.key;
+      keep.push_back(p);
+      d.insert(name, p);
+    }
+    root.insert(s, c10::impl::toGenericDict(d));
+  }
+  std::string pickle;
+  {
+    torch::jit::Pickler pickler([&](const char* b, size_t n) { pickle.append(b, n); }, nullptr, nullptr, nullptr,
+                                [&](const at::Tensor& t) { return keys.at(t.storage().unsafeGetStorageImpl()); },
+                                /*tag_aggregates=*/false);
+    pickler.protocol();
+    pickler.pushIValue(root);
+    pickler.stop();
+  }
+  YAML::Node index(YAML::NodeType::Map);
+  index["format"] = "volt";
+  index["format_version"] = kArchiveFormatVersion;
+  index["chunk_bytes"] = kChecksumChunkBytes;
+  index["meta"] = meta;
+  for (const auto& [s, tensors] : index_)
+    for (const auto& [name, a] : tensors) {
+      YAML::Node n(YAML::NodeType::Map);
+      n["key"] = a.key;
+      n["dtype"] = dtype_name(a.dtype);
+      n["shape"] = YAML::Node(YAML::NodeType::Sequence);
+      for (auto d : a.shape) n["shape"].push_back(d);
+      n["sums"] = YAML::Node(YAML::NodeType::Sequence);
+      for (auto h : a.chunk_sums) n["sums"].push_back(hex(h));
+      n["shape"].SetStyle(YAML::EmitterStyle::Flow);
+      n["sums"].SetStyle(YAML::EmitterStyle::Flow);
+      index["tensors"][s][name] = n;
+    }
+  const std::string index_text = YAML::Dump(index);
+  guarded_write(path_, write_errno_, written_, [&] {
+    zip_->writeRecord("data.pkl", pickle.data(), pickle.size());
+    zip_->writeRecord(kIndexRecord, index_text.data(), index_text.size());
+    zip_->writeEndOfFile();
+  });
+  if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
+    fd_ = -1;
+    throw CheckpointError(detail::str_cat("flushing checkpoint '", path_, "' failed: ", std::strerror(errno),
+                                          "; the previous checkpoint is untouched"));
+  }
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+    throw CheckpointError(detail::str_cat("renaming '", tmp_, "' to '", path_, "' failed: ", std::strerror(errno)));
+  committed_ = true;
+  const fs::path target(path_);
+  detail::fsync_dir(target.has_parent_path() ? target.parent_path().string() : ".");
+}
+
+// ---------------------------------------------------------------------------------------------
+// reader
+
+ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
+  VOLT_CHECK(fs::exists(path_), CheckpointError, "checkpoint '", path_, "' does not exist");
+  VOLT_CHECK(fs::is_regular_file(path_), CheckpointError, "checkpoint '", path_, "' is not a file");
+  file_size_ = fs::file_size(path_);
+  VOLT_CHECK(file_size_ > 0, CheckpointError, "checkpoint '", path_, "' is empty (truncated write?)");
+  std::string index_text;
+  std::map<std::string, uint64_t> offsets;
+  try {
+    caffe2::serialize::PyTorchStreamReader zip(path_);
+    VOLT_CHECK(zip.hasRecord(kIndexRecord), CheckpointError, "checkpoint '", path_,
+               "' has no volt index: not a volt checkpoint (a plain torch.save file, or volt before format 2)");
+    auto [data, size] = zip.getRecord(kIndexRecord);
+    index_text.assign(static_cast<const char*>(data.get()), size);
+    YAML::Node index = YAML::Load(index_text);
+    VOLT_CHECK(index["format"] && index["format"].as<std::string>() == "volt", CheckpointError, "checkpoint '",
+               path_, "' is not a volt checkpoint");
+    const int64_t fv = index["format_version"].as<int64_t>();
+    VOLT_CHECK(fv == kArchiveFormatVersion, CheckpointError, "checkpoint '", path_, "' has format version ", fv,
+               "; this volt reads version ", kArchiveFormatVersion);
+    VOLT_CHECK(index["chunk_bytes"].as<int64_t>() == kChecksumChunkBytes, CheckpointError, "checkpoint '", path_,
+               "': unexpected checksum chunk size");
+    meta_ = index["meta"] ? index["meta"] : YAML::Node(YAML::NodeType::Map);
+    if (index["tensors"])
+      for (const auto& sec : index["tensors"]) {
+        auto& dst = index_[sec.first.as<std::string>()];
+        for (const auto& kv : sec.second) {
+          const std::string name = kv.first.as<std::string>();
+          const YAML::Node& n = kv.second;
+          ArchiveTensor a;
+          a.key = n["key"].as<std::string>();
+          a.dtype = dtype_from_name(n["dtype"].as<std::string>(), "checkpoint '" + path_ + "'");
+          a.shape = n["shape"].as<std::vector<int64_t>>();
+          a.numel = 1;
+          for (auto d : a.shape) a.numel *= d;
+          for (const auto& h : n["sums"]) a.chunk_sums.push_back(std::stoull(h.as<std::string>(), nullptr, 16));
+          const int64_t chunks = (a.nbytes() + kChecksumChunkBytes - 1) / kChecksumChunkBytes;
+          VOLT_CHECK(static_cast<int64_t>(a.chunk_sums.size()) == chunks, CheckpointError, "checkpoint '", path_,
+                     "': the index of tensor '", name, "' is inconsistent");
+          a.offset = zip.getRecordOffset("data/" + a.key);
+          dst[name] = std::move(a);
+        }
+      }
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (auto* ce = dynamic_cast<const c10::Error*>(&e)) what = ce->what_without_backtrace();
+    throw CheckpointError(detail::str_cat("checkpoint '", path_, "' is truncated, corrupted or not a volt checkpoint: ",
+                                          what.substr(0, 300)));
+  }
+  for (const auto& [s, tensors] : index_)
+    for (const auto& [name, a] : tensors)
+      VOLT_CHECK(a.offset + static_cast<uint64_t>(a.nbytes()) <= file_size_, CheckpointError, "checkpoint '", path_,
+                 "' is truncated: tensor '", s, "/", name, "' ends past the end of the file");
+  fd_ = ::open(path_.c_str(), O_RDONLY);
+  VOLT_CHECK(fd_ >= 0, CheckpointError, "cannot open checkpoint '", path_, "': ", std::strerror(errno));
+}
+
+ArchiveReader::~ArchiveReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const ArchiveTensor* ArchiveReader::find(const std::string& section, const std::string& name) const {
+  auto s = index_.find(section);
+  if (s == index_.end()) return nullptr;
+  auto t = s->second.find(name);
+  return t == s->second.end() ? nullptr : &t->second;
+}
+
+const ArchiveTensor& ArchiveReader::at(const std::string& section, const std::string& name) const {
+  const ArchiveTensor* a = find(section, name);
+  VOLT_CHECK(a != nullptr, CheckpointError, "checkpoint '", path_, "' has no tensor '", section, "/", name, "'");
+  return *a;
+}
+
+void ArchiveReader::pread_all(void* dst, uint64_t offset, uint64_t n) const {
+  auto* p = static_cast<char*>(dst);
+  uint64_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    VOLT_CHECK(r > 0, CheckpointError, "reading checkpoint '", path_, "' failed at byte ", offset + done, ": ",
+               r == 0 ? "unexpected end of file (truncated?)" : std::strerror(errno));
+    done += static_cast<uint64_t>(r);
+  }
+}
+
+torch::Tensor ArchiveReader::read(const std::string& section, const std::string& name) const {
+  const ArchiveTensor& a = at(section, name);
+  torch::Tensor out = torch::empty(a.shape, torch::TensorOptions().dtype(a.dtype));
+  if (a.numel == 0) return out;
+  pread_all(out.data_ptr(), a.offset, static_cast<uint64_t>(a.nbytes()));
+  const auto sums = chunk_sums(out.data_ptr(), a.nbytes());
+  for (size_t c = 0; c < sums.size(); ++c)
+    VOLT_CHECK(sums[c] == a.chunk_sums[c], CheckpointError, "checkpoint '", path_,
+               "' is corrupted: checksum mismatch in tensor '", section, "/", name, "' (bytes ",
+               c * kChecksumChunkBytes, " onwards)");
+  return out;
+}
+
+torch::Tensor ArchiveReader::read_flat(const std::string& section, const std::string& name, int64_t start,
+                                       int64_t length) const {
+  const ArchiveTensor& a = at(section, name);
+  VOLT_CHECK(start >= 0 && length >= 0 && start + length <= a.numel, CheckpointError, "checkpoint '", path_,
+             "': elements [", start, ", ", start + length, ") of tensor '", section, "/", name, "' are out of range (",
+             a.numel, " elements)");
+  if (start == 0 && length == a.numel) return read(section, name).reshape({-1});
+  torch::Tensor out = torch::empty({length}, torch::TensorOptions().dtype(a.dtype));
+  if (length == 0) return out;
+  const int64_t es = static_cast<int64_t>(c10::elementSize(a.dtype));
+  const int64_t b0 = start * es, b1 = (start + length) * es;
+  const int64_t c0 = b0 / kChecksumChunkBytes, c1 = (b1 + kChecksumChunkBytes - 1) / kChecksumChunkBytes;
+  const int64_t span0 = c0 * kChecksumChunkBytes, span1 = std::min(c1 * kChecksumChunkBytes, a.nbytes());
+  std::vector<unsigned char> buf(static_cast<size_t>(span1 - span0));
+  pread_all(buf.data(), a.offset + static_cast<uint64_t>(span0), buf.size());
+  for (int64_t c = c0; c < c1; ++c) {
+    const int64_t o = c * kChecksumChunkBytes - span0;
+    const int64_t n = std::min(kChecksumChunkBytes, a.nbytes() - c * kChecksumChunkBytes);
+    VOLT_CHECK(detail::xxh64(buf.data() + o, static_cast<size_t>(n)) == a.chunk_sums[static_cast<size_t>(c)],
+               CheckpointError, "checkpoint '", path_, "' is corrupted: checksum mismatch in tensor '", section, "/",
+               name, "' (bytes ", c * kChecksumChunkBytes, " onwards)");
+  }
+  std::memcpy(out.data_ptr(), buf.data() + (b0 - span0), static_cast<size_t>(b1 - b0));
+  return out;
+}
+
+}  // namespace volt
