@@ -21,10 +21,7 @@ Precision::Precision(std::string name, const std::string& accelerator) : name_(s
     VOLT_CHECK(accelerator == "cuda", ConfigError,
                "trainer.precision: '16-mixed' needs accelerator 'cuda' (fp16 autocast with a gradient scaler);"
                " on the CPU use 'bf16-mixed'");
-    // fp16 gradients underflow without loss scaling; refuse rather than train silently wrong.
-    throw ConfigError("trainer.precision: '16-mixed' needs a gradient scaler, which this volt does not have yet;"
-                      " use 'bf16-mixed' (same speed on Ampere and newer GPUs, no scaling needed)");
-    name_ = "16-mixed";
+    name_ = "16-mixed";  // the Strategy adds a GradScaler (grad_scaler.h)
     mixed_ = true;
     compute_dtype_ = at::kHalf;
   } else {

@@ -16,7 +16,12 @@
 namespace volt {
 
 Strategy::Strategy(Precision precision, std::string accelerator)
-    : precision_(std::move(precision)), accelerator_(std::move(accelerator)) {}
+    : precision_(std::move(precision)), accelerator_(std::move(accelerator)) {
+  // Skipping a step must be decided by all ranks together: each may hold other gradient pieces.
+  if (precision_.name() == "16-mixed")
+    grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions{},
+                                                [this](bool inf) { return reduce_boolean_decision(inf, /*all=*/false); });
+}
 
 torch::Device Strategy::root_device() const {
   return accelerator_ == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index_))

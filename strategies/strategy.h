@@ -16,6 +16,7 @@
 #include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/optimizer_state.h"
 #include "volt/distributed/reduce_op.h"
+#include "volt/strategies/grad_scaler.h"
 #include "volt/strategies/precision.h"
 #include "volt/strategies/strategy_options.h"
 #include "volt/trainer/data.h"
@@ -51,6 +52,9 @@ class Strategy {
   /// The batch on root_device() (a copy unless already there; asynchronous from pinned memory).
   Batch batch_to_device(const Batch& batch) const;
   const Precision& precision() const { return precision_; }
+  /// The loss scaler of "16-mixed" (its unscale and skip decisions are collective); null for the
+  /// other precisions. Owned by the strategy.
+  GradScaler* grad_scaler() { return grad_scaler_.get(); }
   const std::string& accelerator() const { return accelerator_; }
 
   // ---- model, optimizer, data -------------------------------------------------------------
@@ -123,6 +127,7 @@ class Strategy {
   virtual double reduce_grad_norm_sq(double local) { return local; }
 
   Precision precision_;
+  std::unique_ptr<GradScaler> grad_scaler_;
   std::string accelerator_;
   int64_t device_index_ = 0;  // CUDA device of this rank (local rank modulo the visible GPUs)
   ModulePolicy ac_policy_;

@@ -150,6 +150,7 @@ void Trainer::restore(const std::string& ckpt_path) {
   batch_in_epoch_ = meta["loops"] && meta["loops"]["batch_in_epoch"] ? meta["loops"]["batch_in_epoch"].as<int64_t>() : 0;
   if (opt_config_.lr_scheduler && meta["lr_schedulers"])
     opt_config_.lr_scheduler->set_last_epoch(meta["lr_schedulers"]["last_epoch"].as<int64_t>());
+  if (strategy_->grad_scaler() && meta["grad_scaler"]) strategy_->grad_scaler()->load_state_dict(meta["grad_scaler"]);
   if (meta["callbacks"])
     for (auto& c : callbacks_)
       if (meta["callbacks"][c->state_key()]) c->load_state_dict(meta["callbacks"][c->state_key()]);
@@ -191,6 +192,7 @@ void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
   }
   if (!weights_only) {
     for (auto& c : callbacks_) ck.meta["callbacks"][c->state_key()] = c->state_dict();
+    if (strategy_->grad_scaler()) ck.meta["grad_scaler"] = strategy_->grad_scaler()->state_dict();
     ck.rng_states = capture_rng_states(strategy_->root_device());
   }
   CheckpointMeta cm{YAML::Node(YAML::NodeType::Map)};
@@ -321,11 +323,18 @@ void Trainer::run_eval(DataLoader& loader, Stage stage, int64_t max_batches) {
 
 void Trainer::optimizer_step_and_schedule() {
   auto& opt = *opt_config_.optimizer;
+  GradScaler* scaler = strategy_->grad_scaler();
+  if (scaler) scaler->unscale(opt);  // hooks and clipping see true gradients, as in Lightning
   module_->on_before_optimizer_step(opt);
   call_callbacks([&](Callback& c) { c.on_before_optimizer_step(*this, *module_, opt); });
   if (options_.gradient_clip_val && *options_.gradient_clip_val > 0)
     strategy_->clip_gradients(opt, *options_.gradient_clip_val, options_.gradient_clip_algorithm);
-  strategy_->optimizer_step(opt);
+  if (scaler) {
+    if (!scaler->step(opt, [&] { strategy_->optimizer_step(opt); }))
+      spdlog::debug("step {}: inf/nan gradients, optimizer step skipped; loss scale now {}", global_step_, scaler->scale());
+  } else {
+    strategy_->optimizer_step(opt);
+  }
   strategy_->zero_grad(opt);
   ++global_step_;
   if (opt_config_.lr_scheduler && opt_config_.interval == "step" && global_step_ % opt_config_.frequency == 0)
@@ -357,7 +366,8 @@ void Trainer::train_epoch(DataLoader& train_loader, DataLoader* val_loader, int6
     torch::Tensor scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
     module_->on_before_backward(scaled);
     call_callbacks([&](Callback& c) { c.on_before_backward(*this, *module_, scaled); });
-    strategy_->backward(*module_, scaled, last_micro);
+    strategy_->backward(*module_, strategy_->grad_scaler() ? strategy_->grad_scaler()->scale_loss(scaled) : scaled,
+                        last_micro);
     module_->on_after_backward();
     call_callbacks([&](Callback& c) { c.on_after_backward(*this, *module_); });
     if (last_micro) optimizer_step_and_schedule();

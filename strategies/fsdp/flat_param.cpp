@@ -113,6 +113,16 @@ void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate
   // Rank r's chunk: its sn gradient values, then the flag.
   torch::Tensor flags = torch::full({shard_size_, 1}, any ? 1.0 : 0.0, opts);
   flat = torch::cat({flat.view({shard_size_, sn}), flags}, 1).reshape(-1);
+  // fp16 (16-mixed) has little range: a sum over the ranks of loss-scaled gradients overflows where
+  // the mean would not. As PyTorch's FSDP (its gradient predivide factor), divide by f before the
+  // sum and by world / f after it. Other dtypes sum first (one division, less rounding).
+  double post = static_cast<double>(world_size);
+  if (reduce_dtype == at::kHalf) {
+    int64_t f = 1;
+    while (world_size % f == 0 && world_size / f > f) f *= 2;
+    flat.div_(static_cast<double>(f));
+    post /= static_cast<double>(f);
+  }
   torch::Tensor g = torch::empty({chunk}, flat.options().dtype(torch::kFloat));
   // Sum over shard ranks here, then over replicas; divide once by the whole world (a mean).
   if (shard_pg && shard_pg->size() > 1) {
@@ -124,7 +134,7 @@ void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate
   }
   if (replicate_pg && replicate_pg->size() > 1) replicate_pg->all_reduce(g, ReduceOp::Sum);
   if (g[sn].item<float>() == 0) return;  // no rank had a gradient for this unit
-  accumulate_shard_grad(g.narrow(0, 0, sn).div_(static_cast<double>(world_size)));
+  accumulate_shard_grad(g.narrow(0, 0, sn).div_(post));
 }
 
 void FlatParam::accumulate_shard_grad(const torch::Tensor& g) {

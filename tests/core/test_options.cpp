@@ -419,8 +419,12 @@ TEST_CASE("Precision names", "[options]") {
     o.default_root_dir = "/tmp";
     o.precision = "16-mixed";
     CHECK_THROWS_AS(Trainer(o), ConfigError);
-    // On CUDA too, until volt has a gradient scaler: never fp16 training without loss scaling.
-    CHECK_THAT(config_error([] { Precision("16-mixed", "cuda"); }), Contains("gradient scaler"));
+    // On CUDA it is fp16 autocast; the Strategy adds the gradient scaler.
+    Precision p16("16", "cuda");
+    CHECK(p16.name() == "16-mixed");
+    CHECK(p16.mixed());
+    CHECK(p16.compute_dtype() == at::kHalf);
+    CHECK(p16.param_dtype() == at::kFloat);
   }
   SECTION("aliases and dtypes") {
     Precision p32("32", "cpu");

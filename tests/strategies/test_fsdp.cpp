@@ -96,6 +96,27 @@ TEST_CASE("FSDP with bf16-mixed stays close to single-process bf16-mixed", "[fsd
   CHECK(max_state_diff(r.state, single.state) < 3e-2);
 }
 
+TEST_CASE("FSDP with fp16 gradient reduction (16-mixed's, divided before and after the sum) matches fp32",
+          "[fsdp][multirank][precision]") {
+  for (int world : {2, 4}) {
+    DYNAMIC_SECTION("world " << world) {
+      const std::string dir = temp_dir("fsdp-fp16-reduce");
+      auto kv = base(dir);
+      auto single_kv = kv;
+      single_kv["batch_size"] = "8";
+      WorkerResult single = train_single(single_kv);
+      kv["batch_size"] = std::to_string(8 / world);
+      kv["trainer.strategy"] = fsdp("FULL_SHARD", ", reduce_dtype: float16");
+      kv["trainer.devices"] = std::to_string(world);
+      REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir) == 0);
+      WorkerResult r = read_worker_output(dir + "/o.pt");
+      REQUIRE(r.losses.size() == single.losses.size());
+      for (size_t i = 0; i < r.losses.size(); ++i) CHECK(r.losses[i] == Approx(single.losses[i]).epsilon(1e-3));
+      CHECK(max_state_diff(r.state, single.state) < 1e-3);
+    }
+  }
+}
+
 TEST_CASE("FSDP matches DDP on the same run", "[fsdp][ddp][multirank]") {
   const std::string dir = temp_dir("fsdp-ddp");
   auto kv = base(dir);
