@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "bench_util.h"
 #include "volt/demos/language_model.h"
 #include "volt/demos/wikitext2_data.h"
 #include "volt/trainer/trainer.h"
@@ -14,10 +15,7 @@ using namespace volt;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using bench::median;
 
 struct StepTimer : Callback {
   std::string state_key() const override { return "StepTimer"; }
@@ -49,12 +47,8 @@ int main(int argc, char** argv) {
       torch::manual_seed(1);
       demos::LanguageModel model(mopt);
       auto loader = data.train_loader();
-      TrainerOptions t;
-      t.max_steps = steps;
-      t.enable_progress_bar = false;
-      t.enable_model_summary = false;
-      t.enable_checkpointing = false;
-      t.logger = false;
+      TrainerOptions t = bench::quiet_trainer_options(steps);
+      t.seed.reset();  // seeded above, as the hand-written loop is
       auto timer = std::make_shared<StepTimer>();
       Trainer trainer(t, {timer});
       trainer.fit(model, *loader);

@@ -56,14 +56,14 @@ if [[ $steps == *" test "* ]]; then
 fi
 
 if [[ $steps == *" bench "* ]]; then
-  for v in ${VOLT_GPU_VARIANTS:-fsdp fsdp_ac ddp fsdp_offload}; do
+  for v in ${VOLT_GPU_VARIANTS:-fsdp fsdp_ac ddp fsdp_offload fsdp_fp16}; do
     timeout 300 build-gpu/bench/bench_gpu "$data/wikitext-2" "$out/bench.jsonl" "$v" ${VOLT_GPU_BENCH_ARGS:-} \
       >>"$out/bench.log" 2>&1 || { echo "bench_gpu $v failed:"; tail -5 "$out/bench.log"; rc=1; }
   done
 fi
 
 if [[ $steps == *" lightning "* ]]; then
-  for v in ${VOLT_LIGHTNING_VARIANTS:-"--strategy fsdp --ac 0" "--strategy fsdp --ac 1"}; do
+  for v in ${VOLT_LIGHTNING_VARIANTS:-"--strategy fsdp --ac 0" "--strategy fsdp --ac 1" "--strategy fsdp --ac 0 --precision 16-mixed"}; do
     timeout 300 python3 bench/gpu/lightning_fsdp.py "$data/lightning" "$out/bench.jsonl" $v ${VOLT_GPU_BENCH_ARGS:-} \
       >>"$out/lightning.log" 2>&1 || { echo "lightning $v failed:"; tail -5 "$out/lightning.log"; rc=1; }
   done

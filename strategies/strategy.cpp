@@ -10,6 +10,7 @@
 
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
+#include "volt/optim/fused_adam.h"
 #include "volt/strategies/activation_checkpointing.h"
 #include "volt/trainer/lightning_module.h"
 
@@ -96,7 +97,9 @@ double Strategy::clip_gradients(torch::optim::Optimizer& optimizer, double value
   return total;
 }
 
-void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) { optimizer.step(); }
+void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) {
+  if (!fused_adam_step(optimizer)) optimizer.step();
+}
 
 void Strategy::zero_grad(torch::optim::Optimizer& optimizer) {
   for (auto& g : optimizer.param_groups())

@@ -89,6 +89,9 @@ class Strategy {
   double clip_gradients(torch::optim::Optimizer& optimizer, double value, const std::string& algorithm);
   /// The L2 norm of every gradient the optimizer holds, across ranks where they are sharded.
   virtual double gradient_norm(torch::optim::Optimizer& optimizer);
+  /// Steps the optimizer: torch::optim::Adam/AdamW over fp32 host tensors (CPU training, FSDP's
+  /// cpu_offload) with volt's fused single-pass step (optim/fused_adam.h), anything else with its
+  /// own step().
   virtual void optimizer_step(torch::optim::Optimizer& optimizer);
   virtual void zero_grad(torch::optim::Optimizer& optimizer);
 

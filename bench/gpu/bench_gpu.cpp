@@ -3,7 +3,7 @@
 // clock after a device synchronize). Appends one JSON line per run to OUT_JSON.
 // usage: bench_gpu DATA_DIR OUT_JSON VARIANT [--ninp 1024 --nhead 64 --nhid 4096 --nlayers 32
 //        --batch 8 --block 256 --steps 30 --warmup 5]
-// VARIANT: fsdp | fsdp_ac | fsdp_offload | ddp | single
+// VARIANT: fsdp | fsdp_ac | fsdp_offload | fsdp_fp16 (16-mixed) | ddp | single
 #include <torch/cuda.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
     t.strategy.fsdp.auto_wrap_policy = layers;
     if (variant == "fsdp_ac") t.strategy.fsdp.activation_checkpointing_policy = layers;
     if (variant == "fsdp_offload") t.strategy.fsdp.cpu_offload = true;
+    if (variant == "fsdp_fp16") t.precision = "16-mixed";  // with the sharded gradient scaler
   } else if (variant == "ddp") {
     t.strategy = "ddp";
   } else if (variant == "single") {

@@ -2,7 +2,8 @@
 """Lightning's own FSDPStrategy on the demo Transformer: the baseline volt's GPU benchmark compares with.
 
 Same model (lightning.pytorch.demos.Transformer), data (WikiText-2 valid.txt, Lightning's WikiText2
-tokenization), batch, optimizer (AdamW) and precision (bf16-mixed) as bench/gpu/bench_gpu.cpp.
+tokenization), batch, optimizer (AdamW) and precision (bf16-mixed, or 16-mixed with --precision) as
+bench/gpu/bench_gpu.cpp.
 Prints one JSON line per run: tokens/s (median step time over the timed steps), peak allocated GPU
 memory, MFU against the bf16 matmul rate measured in the same process.
 
@@ -79,6 +80,7 @@ def main():
     for k, v in dict(ninp=1024, nhead=64, nhid=4096, nlayers=32, batch=8, block=256, steps=30, warmup=5, ac=0).items():
         p.add_argument("--" + k, type=int, default=v)
     p.add_argument("--strategy", default="fsdp")
+    p.add_argument("--precision", default="bf16-mixed", choices=["bf16-mixed", "16-mixed"])
     a = p.parse_args()
     L.seed_everything(42)
     data = WikiText2(data_dir=Path(a.data_dir), block_size=a.block, download=False)
@@ -92,7 +94,7 @@ def main():
     peak_rate = matmul_tflops()
     torch.cuda.reset_peak_memory_stats()
     timer = Timer(a.warmup)
-    trainer = L.Trainer(accelerator="cuda", devices=1, strategy=strategy, precision="bf16-mixed",
+    trainer = L.Trainer(accelerator="cuda", devices=1, strategy=strategy, precision=a.precision,
                         max_steps=a.warmup + a.steps, enable_checkpointing=False, logger=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[timer])
     model = LM(a)
@@ -102,7 +104,8 @@ def main():
     tokens = a.batch * a.block
     # 6 N per token (forward + backward); the encoder and the decoder each see every token.
     flops = 6 * n_params * tokens
-    row = dict(framework="lightning", strategy=a.strategy + ("+ac" if a.ac else ""), params=n_params,
+    label = a.strategy + ("+ac" if a.ac else "") + ("_fp16" if a.precision == "16-mixed" else "")
+    row = dict(framework="lightning", strategy=label, params=n_params,
                batch=a.batch, block=a.block, step_ms=step * 1e3, tokens_per_s=tokens / step,
                peak_alloc_mb=torch.cuda.max_memory_allocated() / 2**20,
                peak_reserved_mb=torch.cuda.max_memory_reserved() / 2**20,

@@ -10,8 +10,9 @@ print("| framework | strategy | params (M) | batch x block | step (ms) | tokens/
       "TFLOP/s | MFU | vs Lightning FSDP: speed, memory |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
-    ref = base.get((r["batch"], r["block"], "fsdp+ac" if r["strategy"].endswith("_ac") or r["strategy"].endswith("+ac")
-                    else "fsdp"))
+    s = r["strategy"]
+    ref = base.get((r["batch"], r["block"], "fsdp+ac" if s.endswith("_ac") or s.endswith("+ac")
+                    else "fsdp_fp16" if s.endswith("_fp16") else "fsdp"))
     cmp = ""
     if ref and r is not ref:
         cmp = f'{r["tokens_per_s"] / ref["tokens_per_s"]:.2f}x, {r["peak_alloc_mb"] / ref["peak_alloc_mb"]:.2f}x'

@@ -138,12 +138,24 @@ void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate
 }
 
 void FlatParam::accumulate_shard_grad(const torch::Tensor& g) {
-  // Offloaded: the gradient shard joins the master shard in host memory, where the optimizer steps.
-  torch::Tensor local = offload_ ? g.to(torch::kCPU) : g;
-  if (shard_grad_.defined())
-    shard_grad_.add_(local);
-  else
-    shard_grad_ = local;
+  if (!offload_) {
+    if (shard_grad_.defined())
+      shard_grad_.add_(g);
+    else
+      shard_grad_ = g;
+    return;
+  }
+  // Offloaded: the gradient shard joins the master shard in host memory, where the optimizer
+  // steps. The first gradient of a step is copied into pinned memory without blocking the host
+  // (backward goes on; FSDPStrategy waits once for all copies before the optimizer reads them).
+  // A fresh tensor each step, as before: LibTorch's caching host allocator reuses pinned blocks
+  // (and holds each until its copy is done), and a .grad someone kept is never overwritten.
+  if (shard_grad_.defined()) {
+    shard_grad_.add_(g.to(torch::kCPU));
+    return;
+  }
+  shard_grad_ = torch::empty({shard_numel()}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(true));
+  shard_grad_.copy_(g, /*non_blocking=*/true);
 }
 
 void FlatParam::expose_slice_grads() {

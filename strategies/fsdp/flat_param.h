@@ -64,6 +64,7 @@ class FlatParam {
   void reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate_pg, at::ScalarType reduce_dtype,
                         int64_t world_size);
   /// The gradient of this rank's shard (fp32, shard_numel), undefined before the first reduce.
+  /// Offloaded, it may still be arriving from the device: synchronize the device before reading.
   torch::Tensor& shard_grad() { return shard_grad_; }
   /// Points every slice's .grad at the shard gradient (zeros where no gradient arrived).
   void expose_slice_grads();

@@ -14,6 +14,7 @@
 #include "volt/core/errors.h"
 #include "volt/core/grad_hooks.h"
 #include "volt/core/hooked_module.h"
+#include "volt/optim/fused_adam.h"
 #include "volt/strategies/module_policy.h"
 #include "volt/trainer/lightning_module.h"
 
@@ -321,13 +322,20 @@ void FSDPStrategy::finish_backward() {
     // index order: the same order on every rank, so the collectives line up.
     for (size_t i = 0; i < units_.size(); ++i)
       if (!units_[i].reduced) on_unit_grads_ready(i);
+    // Offloaded gradient shards were copied to pinned host memory asynchronously: one wait for
+    // all of them before the optimizer (on the host) reads them.
+    if (std::any_of(units_.begin(), units_.end(), [](const Unit& u) { return u.flat->offloaded(); }))
+      torch::cuda::synchronize(root_device().index());
     for (auto& u : units_) u.flat->expose_slice_grads();
   }
   for (size_t i = 0; i < units_.size(); ++i) reshard(i);
   forward_order_ = current_order_;
 }
 
-void FSDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer) { optimizer.step(); }
+void FSDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer) {
+  // Adam/AdamW over host shards (the CPU, or cpu_offload) take the fused single-pass step.
+  if (!fused_adam_step(optimizer)) optimizer.step();
+}
 
 void FSDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {
   Strategy::zero_grad(optimizer);
@@ -400,17 +408,29 @@ torch::Tensor local_field(torch::optim::Optimizer& opt, detail::FlatParam& f, co
   return local;
 }
 
-/// The step count of a unit: the same for every slice; the maximum guards against slices that
-/// never got a gradient.
-int64_t unit_step(torch::optim::Optimizer& opt, detail::FlatParam& f, ProcessGroup* pg) {
-  torch::Tensor step = torch::zeros({1}, torch::kDouble);
-  for (auto& s : f.slices())
-    for_each_optimizer_state(opt, {{f.entries()[s.entry].name, s.view}},
-                             [&](const std::string&, const std::string& name, const torch::Tensor& t) {
-                               if (name == "step") step[0] = std::max(step[0].item<double>(), t.item<double>());
-                             });
-  if (pg) pg->all_reduce(step, ReduceOp::Max);
-  return static_cast<int64_t>(step[0].item<double>());
+/// The flat parameters of `units` (FSDPStrategy's private Unit list), in unit order.
+template <class Units>
+std::vector<detail::FlatParam*> flats_of(Units& units) {
+  std::vector<detail::FlatParam*> out;
+  for (auto& u : units) out.push_back(u.flat.get());
+  return out;
+}
+
+/// Every unit's optimizer step count: the same for every slice of a unit; the maximum over slices
+/// and shard ranks guards against slices that never got a gradient. One collective for all units.
+std::vector<int64_t> unit_steps(torch::optim::Optimizer& opt, std::vector<detail::FlatParam*> flats, ProcessGroup* pg) {
+  std::vector<double> local(flats.size(), 0.0);
+  for (size_t u = 0; u < flats.size(); ++u)
+    for (auto& s : flats[u]->slices())
+      for_each_optimizer_state(opt, {{flats[u]->entries()[s.entry].name, s.view}},
+                               [&](const std::string&, const std::string& name, const torch::Tensor& t) {
+                                 if (name == "step") local[u] = std::max(local[u], t.item<double>());
+                               });
+  torch::Tensor steps = torch::tensor(local, torch::kDouble);
+  if (pg && !flats.empty()) pg->all_reduce(steps, ReduceOp::Max);
+  std::vector<int64_t> out;
+  for (size_t u = 0; u < flats.size(); ++u) out.push_back(static_cast<int64_t>(steps[u].item<double>()));
+  return out;
 }
 
 }  // namespace
@@ -444,8 +464,11 @@ void FSDPStrategy::save_full(LightningModule& module, torch::optim::Optimizer* o
     }
   };
   guarded([&] { w = std::make_unique<ArchiveWriter>(path); });
-  for (auto& u : units_) {
-    auto& f = *u.flat;
+  const bool has_step = std::count(fields.begin(), fields.end(), "step") > 0;
+  const std::vector<int64_t> steps =
+      has_step ? unit_steps(*optimizer, flats_of(units_), shard_pg()) : std::vector<int64_t>{};
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    auto& f = *units_[ui].flat;
     {
       torch::Tensor full = f.gather_full_fp32(shard_pg());
       guarded([&] {
@@ -454,9 +477,9 @@ void FSDPStrategy::save_full(LightningModule& module, torch::optim::Optimizer* o
     }  // one unit's gathered values at a time
     for (const auto& field : fields) {
       if (field == "step") {
-        const int64_t step = unit_step(*optimizer, f, shard_pg());
         guarded([&] {
-          for (auto& e : f.entries()) w->add(kOptimizerSection, e.name + ".step", torch::tensor(step, torch::kLong));
+          for (auto& e : f.entries())
+            w->add(kOptimizerSection, e.name + ".step", torch::tensor(steps[ui], torch::kLong));
         });
         continue;
       }
@@ -479,9 +502,10 @@ void FSDPStrategy::save_sharded(LightningModule& module, torch::optim::Optimizer
                                 const std::string& path) {
   torch::NoGradGuard ng;
   const auto fields = optimizer ? optimizer_fields(*optimizer) : std::vector<std::string>{};
-  std::vector<int64_t> steps;  // per unit (a collective within the shard group)
-  if (std::count(fields.begin(), fields.end(), "step"))
-    for (auto& u : units_) steps.push_back(unit_step(*optimizer, *u.flat, shard_pg()));
+  // Per unit (a collective within the shard group).
+  const bool has_step = std::count(fields.begin(), fields.end(), "step") > 0;
+  const std::vector<int64_t> steps =
+      has_step ? unit_steps(*optimizer, flats_of(units_), shard_pg()) : std::vector<int64_t>{};
   ShardedCheckpointWriter sw(path, global_rank(), world_size(), [this](const std::string& error, const std::string& what) {
     detail::agree_or_throw(*this, error, what);
   });

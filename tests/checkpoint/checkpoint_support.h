@@ -1,8 +1,12 @@
 #pragma once
-// Shared helpers of the checkpoint tests: raw file bytes and expecting a CheckpointError.
+// Shared helpers of the checkpoint tests: raw file bytes, expecting a CheckpointError, comparing
+// tensor maps.
 #include <catch2/catch.hpp>
 
+#include <torch/torch.h>
+
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +36,19 @@ std::string checkpoint_error(F&& f) {
   }
   FAIL("expected a CheckpointError, nothing was thrown");
   return {};
+}
+
+/// Same keys, and under each the same dtype, shape and values (bitwise).
+inline void check_same_tensors(const std::map<std::string, torch::Tensor>& a,
+                               const std::map<std::string, torch::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  for (const auto& [k, v] : a) {
+    INFO(k);
+    REQUIRE(b.count(k));
+    CHECK(b.at(k).scalar_type() == v.scalar_type());
+    CHECK(b.at(k).sizes() == v.sizes());
+    CHECK(torch::equal(b.at(k), v));
+  }
 }
 
 }  // namespace volt::testing

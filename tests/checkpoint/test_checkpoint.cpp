@@ -94,17 +94,6 @@ void rewrite_index(const std::string& path, const std::function<void(YAML::Node&
   write_bytes(path, out.data(), out.size());
 }
 
-void check_same_tensors(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
-  REQUIRE(a.size() == b.size());
-  for (const auto& [k, v] : a) {
-    INFO(k);
-    REQUIRE(b.count(k));
-    CHECK(b.at(k).scalar_type() == v.scalar_type());
-    CHECK(b.at(k).sizes() == v.sizes());
-    CHECK(torch::equal(b.at(k), v));
-  }
-}
-
 std::shared_ptr<BoringModel> model(uint64_t seed, BoringOptions o = {}) {
   torch::manual_seed(seed);
   return std::make_shared<BoringModel>(o);

@@ -101,17 +101,6 @@ void write_sharded(const Checkpoint& c, const std::string& dir) {
   w.commit(c);
 }
 
-void check_same(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
-  REQUIRE(a.size() == b.size());
-  for (const auto& [k, v] : a) {
-    INFO(k);
-    REQUIRE(b.count(k));
-    CHECK(b.at(k).scalar_type() == v.scalar_type());
-    CHECK(b.at(k).sizes() == v.sizes());
-    CHECK(torch::equal(b.at(k), v));
-  }
-}
-
 }  // namespace
 
 TEST_CASE("xxh64 matches the reference xxHash on known vectors", "[checkpoint][xxh64]") {
@@ -322,7 +311,7 @@ TEST_CASE("truncated archives and checkpoints are CheckpointErrors naming the fi
     CHECK_THAT(checkpoint_error([&] { load_checkpoint_file(path); }), Contains(path));
   }
   // The intact file reads.
-  check_same(small_checkpoint().state_dict, load_checkpoint_file(full).state_dict);
+  check_same_tensors(small_checkpoint().state_dict, load_checkpoint_file(full).state_dict);
 }
 
 TEST_CASE("CheckpointReader reads a full checkpoint tensor by tensor", "[checkpoint][reader]") {
@@ -400,9 +389,9 @@ TEST_CASE("a sharded checkpoint written by a world of one reads back through Che
   const Checkpoint back = load_checkpoint_file(dir);
   CHECK(back.epoch == 2);
   CHECK(back.global_step == 17);
-  check_same(c.state_dict, back.state_dict);
-  check_same(c.optimizer_state, back.optimizer_state);
-  check_same(c.rng_states, back.rng_states);
+  check_same_tensors(c.state_dict, back.state_dict);
+  check_same_tensors(c.optimizer_state, back.optimizer_state);
+  check_same_tensors(c.rng_states, back.rng_states);
 
   // One rank's file alone is refused, pointing at the folder.
   const std::string shard = (fs::path(dir) / shard_file_name(0)).string();
@@ -485,12 +474,12 @@ TEST_CASE("consolidate_checkpoint turns a sharded folder into the equal full fil
   CHECK(r.meta()["hyper_parameters"]["lr"].as<double>() == 0.5);
   CHECK(r.meta()["consolidated_from"].as<std::string>() == root + "/sharded");
   const Checkpoint back = load_checkpoint_file(root + "/full.ckpt");
-  check_same(c.state_dict, back.state_dict);
-  check_same(c.optimizer_state, back.optimizer_state);
-  check_same(c.rng_states, back.rng_states);
+  check_same_tensors(c.state_dict, back.state_dict);
+  check_same_tensors(c.optimizer_state, back.optimizer_state);
+  check_same_tensors(c.rng_states, back.rng_states);
   // A full file consolidates to the same tensors too.
   consolidate_checkpoint(root + "/full.ckpt", root + "/again.ckpt");
-  check_same(c.state_dict, load_checkpoint_file(root + "/again.ckpt").state_dict);
+  check_same_tensors(c.state_dict, load_checkpoint_file(root + "/again.ckpt").state_dict);
   // A damaged source fails naming it, and writes nothing.
   fs::remove(fs::path(root) / "sharded" / kCompleteMarker);
   CHECK_THAT(checkpoint_error([&] { consolidate_checkpoint(root + "/sharded", root + "/bad.ckpt"); }),

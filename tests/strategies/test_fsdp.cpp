@@ -52,9 +52,13 @@ TEST_CASE("FSDP: every sharding strategy matches single-process training and sha
       REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir) == 0);
       WorkerResult r = read_worker_output(dir + "/o.pt");
       REQUIRE(r.losses.size() == single.losses.size());
-      for (size_t i = 0; i < r.losses.size(); ++i) CHECK(r.losses[i] == Approx(single.losses[i]).epsilon(1e-5));
-      // Adam divides by sqrt(v): fp32 reduction-order differences grow a little more there.
-      CHECK(max_state_diff(r.state, single.state) < (c.adam ? 1e-4 : 2e-5));
+      // The ranks' matmuls sum over 4 samples and the reduce adds the ranks, where the single process
+      // sums 4N samples at once: fp32 rounding differs (OpenBLAS blocks the sums by size). Adam divides
+      // by sqrt(v), which makes those differences grow a little more over the steps. A wrong
+      // gradient or update is off by orders of magnitude more.
+      for (size_t i = 0; i < r.losses.size(); ++i)
+        CHECK(r.losses[i] == Approx(single.losses[i]).epsilon(c.adam ? 4e-5 : 1e-5));
+      CHECK(max_state_diff(r.state, single.state) < (c.adam ? 4e-4 : 2e-5));
 
       // Sharding is real: 4 units (root = head, 3 Blocks); each rank holds padded/S elements.
       const int64_t S = c.sharding == "NO_SHARD" ? 1 : (c.sharding.find("HYBRID") != std::string::npos ? 2 : c.world);
