@@ -148,9 +148,7 @@ torch::Tensor CheckpointReader::read(const std::string& section, const std::stri
 torch::Tensor CheckpointReader::read_flat(const std::string& section, const std::string& name, int64_t start,
                                           int64_t length) const {
   const ShardedTensor& t = tensor(section, name);
-  VOLT_CHECK(start >= 0 && length >= 0 && start + length <= t.numel, CheckpointError, "checkpoint '", path_,
-             "': elements [", start, ", ", start + length, ") of '", section, "/", name, "' are out of range (",
-             t.numel, " elements)");
+  detail::check_flat_range(path_, section, name, start, length, t.numel);
   if (t.pieces.size() == 1 && t.pieces[0].start == 0 && t.pieces[0].length == t.numel)
     return files_[static_cast<size_t>(t.pieces[0].rank)]->read_flat(section, name, start, length);
   torch::Tensor out = torch::empty({length}, torch::TensorOptions().dtype(t.dtype));

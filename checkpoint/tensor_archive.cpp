@@ -142,14 +142,28 @@ void fsync_dir(const std::string& dir) {
   }
 }
 
+void check_flat_range(const std::string& path, const std::string& section, const std::string& name, int64_t start,
+                      int64_t length, int64_t numel) {
+  VOLT_CHECK(start >= 0 && length >= 0 && start + length <= numel, CheckpointError, "checkpoint '", path,
+             "': elements [", start, ", ", start + length, ") of tensor '", section, "/", name, "' are out of range (",
+             numel, " elements)");
+}
+
+namespace {
+/// Creates the folder `path` goes in; `what` names the file in the error ("checkpoint 'x'").
+void create_parent_dirs(const std::string& path, const std::string& what) {
+  const fs::path target(path);
+  if (!target.has_parent_path()) return;
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  VOLT_CHECK(!ec, CheckpointError, "cannot write ", what, ": cannot create directory '", target.parent_path().string(),
+             "': ", ec.message());
+}
+}  // namespace
+
 void atomic_write(const std::string& path, const char* data, size_t size) {
   const fs::path target(path);
-  if (target.has_parent_path()) {
-    std::error_code ec;
-    fs::create_directories(target.parent_path(), ec);
-    VOLT_CHECK(!ec, CheckpointError, "cannot write '", path, "': cannot create directory '",
-               target.parent_path().string(), "': ", ec.message());
-  }
+  create_parent_dirs(path, "'" + path + "'");
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   VOLT_CHECK(fd >= 0, CheckpointError, "cannot open '", tmp, "' for writing: ", std::strerror(errno));
@@ -185,13 +199,7 @@ void atomic_write(const std::string& path, const char* data, size_t size) {
 // writer
 
 ArchiveWriter::ArchiveWriter(std::string path) : path_(std::move(path)) {
-  const fs::path target(path_);
-  if (target.has_parent_path()) {
-    std::error_code ec;
-    fs::create_directories(target.parent_path(), ec);
-    VOLT_CHECK(!ec, CheckpointError, "cannot write checkpoint '", path_, "': cannot create directory '",
-               target.parent_path().string(), "': ", ec.message());
-  }
+  detail::create_parent_dirs(path_, "checkpoint '" + path_ + "'");
   tmp_ = path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   VOLT_CHECK(fd_ >= 0, CheckpointError, "cannot open '", tmp_, "' for writing checkpoint '", path_,
@@ -443,9 +451,7 @@ torch::Tensor ArchiveReader::read(const std::string& section, const std::string&
 torch::Tensor ArchiveReader::read_flat(const std::string& section, const std::string& name, int64_t start,
                                        int64_t length) const {
   const ArchiveTensor& a = at(section, name);
-  VOLT_CHECK(start >= 0 && length >= 0 && start + length <= a.numel, CheckpointError, "checkpoint '", path_,
-             "': elements [", start, ", ", start + length, ") of tensor '", section, "/", name, "' are out of range (",
-             a.numel, " elements)");
+  detail::check_flat_range(path_, section, name, start, length, a.numel);
   if (start == 0 && length == a.numel) return read(section, name).reshape({-1});
   torch::Tensor out = torch::empty({length}, torch::TensorOptions().dtype(a.dtype));
   if (length == 0) return out;

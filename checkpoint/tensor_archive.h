@@ -123,6 +123,10 @@ uint64_t xxh64(const void* data, size_t n, uint64_t seed = 0);
 void atomic_write(const std::string& path, const char* data, size_t size);
 /// fsyncs a directory so a rename inside it is durable.
 void fsync_dir(const std::string& dir);
+/// Throws CheckpointError naming `path` and the tensor unless [start, start + length) lies within
+/// its `numel` elements.
+void check_flat_range(const std::string& path, const std::string& section, const std::string& name, int64_t start,
+                      int64_t length, int64_t numel);
 }  // namespace detail
 
 }  // namespace volt

@@ -14,7 +14,6 @@
 #include "volt/core/errors.h"
 #include "volt/core/grad_hooks.h"
 #include "volt/core/hooked_module.h"
-#include "volt/optim/fused_adam.h"
 #include "volt/strategies/module_policy.h"
 #include "volt/trainer/lightning_module.h"
 
@@ -332,11 +331,6 @@ void FSDPStrategy::finish_backward() {
   forward_order_ = current_order_;
 }
 
-void FSDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer) {
-  // Adam/AdamW over host shards (the CPU, or cpu_offload) take the fused single-pass step.
-  if (!fused_adam_step(optimizer)) optimizer.step();
-}
-
 void FSDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {
   Strategy::zero_grad(optimizer);
   for (auto& u : units_) {
@@ -408,28 +402,25 @@ torch::Tensor local_field(torch::optim::Optimizer& opt, detail::FlatParam& f, co
   return local;
 }
 
-/// The flat parameters of `units` (FSDPStrategy's private Unit list), in unit order.
+/// Every unit's optimizer step count (`units`: FSDPStrategy's private Unit list): the same for every
+/// slice of a unit; the maximum over slices and shard ranks guards against slices that never got a
+/// gradient. One collective for all units.
 template <class Units>
-std::vector<detail::FlatParam*> flats_of(Units& units) {
-  std::vector<detail::FlatParam*> out;
-  for (auto& u : units) out.push_back(u.flat.get());
-  return out;
-}
-
-/// Every unit's optimizer step count: the same for every slice of a unit; the maximum over slices
-/// and shard ranks guards against slices that never got a gradient. One collective for all units.
-std::vector<int64_t> unit_steps(torch::optim::Optimizer& opt, std::vector<detail::FlatParam*> flats, ProcessGroup* pg) {
-  std::vector<double> local(flats.size(), 0.0);
-  for (size_t u = 0; u < flats.size(); ++u)
-    for (auto& s : flats[u]->slices())
-      for_each_optimizer_state(opt, {{flats[u]->entries()[s.entry].name, s.view}},
+std::vector<int64_t> unit_steps(torch::optim::Optimizer& opt, Units& units, ProcessGroup* pg) {
+  std::vector<double> local;
+  for (auto& u : units) {
+    double step = 0.0;
+    for (auto& s : u.flat->slices())
+      for_each_optimizer_state(opt, {{u.flat->entries()[s.entry].name, s.view}},
                                [&](const std::string&, const std::string& name, const torch::Tensor& t) {
-                                 if (name == "step") local[u] = std::max(local[u], t.item<double>());
+                                 if (name == "step") step = std::max(step, t.item<double>());
                                });
+    local.push_back(step);
+  }
   torch::Tensor steps = torch::tensor(local, torch::kDouble);
-  if (pg && !flats.empty()) pg->all_reduce(steps, ReduceOp::Max);
+  if (pg && !local.empty()) pg->all_reduce(steps, ReduceOp::Max);
   std::vector<int64_t> out;
-  for (size_t u = 0; u < flats.size(); ++u) out.push_back(static_cast<int64_t>(steps[u].item<double>()));
+  for (size_t u = 0; u < local.size(); ++u) out.push_back(static_cast<int64_t>(steps[u].item<double>()));
   return out;
 }
 
@@ -466,7 +457,7 @@ void FSDPStrategy::save_full(LightningModule& module, torch::optim::Optimizer* o
   guarded([&] { w = std::make_unique<ArchiveWriter>(path); });
   const bool has_step = std::count(fields.begin(), fields.end(), "step") > 0;
   const std::vector<int64_t> steps =
-      has_step ? unit_steps(*optimizer, flats_of(units_), shard_pg()) : std::vector<int64_t>{};
+      has_step ? unit_steps(*optimizer, units_, shard_pg()) : std::vector<int64_t>{};
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     auto& f = *units_[ui].flat;
     {
@@ -505,7 +496,7 @@ void FSDPStrategy::save_sharded(LightningModule& module, torch::optim::Optimizer
   // Per unit (a collective within the shard group).
   const bool has_step = std::count(fields.begin(), fields.end(), "step") > 0;
   const std::vector<int64_t> steps =
-      has_step ? unit_steps(*optimizer, flats_of(units_), shard_pg()) : std::vector<int64_t>{};
+      has_step ? unit_steps(*optimizer, units_, shard_pg()) : std::vector<int64_t>{};
   ShardedCheckpointWriter sw(path, global_rank(), world_size(), [this](const std::string& error, const std::string& what) {
     detail::agree_or_throw(*this, error, what);
   });

@@ -58,7 +58,6 @@ class FSDPStrategy : public ParallelStrategy {
   void validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
   void test_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
   void backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) override;
-  void optimizer_step(torch::optim::Optimizer& optimizer) override;
   void zero_grad(torch::optim::Optimizer& optimizer) override;
 
   std::map<std::string, torch::Tensor> model_state_dict(LightningModule& module) override;
