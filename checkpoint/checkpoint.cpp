@@ -10,14 +10,14 @@ namespace volt {
 
 namespace detail {
 
-std::vector<std::pair<std::string, c10::IValue>> checkpoint_fields(const Checkpoint& header) {
+std::vector<std::pair<std::string, c10::IValue>> checkpoint_fields(const CheckpointHeader& header) {
   return {{"epoch", header.epoch},
           {"global_step", header.global_step},
           {"format_version", kCheckpointFormatVersion},
           {"volt_meta", YAML::Dump(header.meta)}};
 }
 
-YAML::Node checkpoint_index_meta(const Checkpoint& header) {
+YAML::Node checkpoint_index_meta(const CheckpointHeader& header) {
   YAML::Node m(YAML::NodeType::Map);
   m["epoch"] = header.epoch;
   m["global_step"] = header.global_step;
@@ -49,7 +49,7 @@ Checkpoint load_checkpoint_file(const std::string& path) {
 
 uint64_t consolidate_checkpoint(const std::string& src, const std::string& dst) {
   CheckpointReader r(src);
-  Checkpoint header;
+  CheckpointHeader header;
   header.epoch = r.epoch();
   header.global_step = r.global_step();
   header.meta = YAML::Clone(r.meta());

@@ -28,16 +28,28 @@ inline constexpr const char* kModelSection = "state_dict";
 inline constexpr const char* kOptimizerSection = "optimizer_states";
 inline constexpr const char* kRngSection = "rng_states";
 
+/// A whole checkpoint in memory: what save_checkpoint_file writes and load_checkpoint_file reads.
 struct Checkpoint {
   int64_t epoch = 0;
   int64_t global_step = 0;
-  /// The sections' tensors (save_checkpoint_file / load_checkpoint_file). When the Trainer hands a
-  /// Checkpoint to a Strategy these are empty except `rng_states`, which holds this rank's own
-  /// generators ("cpu", "cuda"); the Strategy streams the model and optimizer itself.
   std::map<std::string, torch::Tensor> state_dict;
   std::map<std::string, torch::Tensor> optimizer_state;
-  std::map<std::string, torch::Tensor> rng_states;
+  std::map<std::string, torch::Tensor> rng_states;  // "rank<r>.cpu", ...
   YAML::Node meta = YAML::Node(YAML::NodeType::Map);
+};
+
+/// What a streaming writer records besides the state it streams (state_io.h): epoch, global_step,
+/// the metadata and this rank's own generators ("cpu", "cuda").
+struct CheckpointHeader {
+  int64_t epoch = 0;
+  int64_t global_step = 0;
+  YAML::Node meta = YAML::Node(YAML::NodeType::Map);
+  std::map<std::string, torch::Tensor> rng_states;
+
+  CheckpointHeader() = default;
+  /// The header fields of an in-memory checkpoint (its tensors are not part of a header).
+  CheckpointHeader(const Checkpoint& c)  // NOLINT: implicit on purpose
+      : epoch(c.epoch), global_step(c.global_step), meta(c.meta), rng_states(c.rng_states) {}
 };
 
 /// Writes `ckpt` as a full checkpoint at `path`, atomically (temporary file, fsync, rename, fsync
@@ -55,9 +67,9 @@ uint64_t consolidate_checkpoint(const std::string& src, const std::string& dst);
 
 namespace detail {
 /// The scalar fields of the pickled top-level dict (epoch, global_step, volt_meta, format_version).
-std::vector<std::pair<std::string, c10::IValue>> checkpoint_fields(const Checkpoint& header);
+std::vector<std::pair<std::string, c10::IValue>> checkpoint_fields(const CheckpointHeader& header);
 /// The metadata stored in an archive's index: `meta` plus epoch and global_step.
-YAML::Node checkpoint_index_meta(const Checkpoint& header);
+YAML::Node checkpoint_index_meta(const CheckpointHeader& header);
 }  // namespace detail
 
 }  // namespace volt

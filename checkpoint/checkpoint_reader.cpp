@@ -47,9 +47,7 @@ void CheckpointReader::open() {
     YAML::Node marker, m;
     try {
       marker = YAML::Load(read_text(dir / kCompleteMarker));
-      char sum[17];
-      std::snprintf(sum, sizeof sum, "%016llx",
-                    static_cast<unsigned long long>(detail::xxh64(text.data(), text.size())));
+      const std::string sum = detail::hex64(detail::xxh64(text.data(), text.size()));
       VOLT_CHECK(marker["manifest_xxh64"] && marker["manifest_xxh64"].as<std::string>() == sum, CheckpointError,
                  "sharded checkpoint '", path_, "': manifest.yaml does not match its checksum in COMPLETE (corrupted or edited)");
       m = YAML::Load(text);

@@ -88,7 +88,7 @@ void ShardedCheckpointWriter::declare(const std::string& section, const std::str
   t.pieces.push_back({rank, start, length});
 }
 
-void ShardedCheckpointWriter::commit(const Checkpoint& header, const std::string& local_error) {
+void ShardedCheckpointWriter::commit(const CheckpointHeader& header, const std::string& local_error) {
   std::string error = local_error;
   auto fields = detail::checkpoint_fields(header);
   fields.emplace_back("rank", rank_);
@@ -130,8 +130,7 @@ void ShardedCheckpointWriter::commit(const Checkpoint& header, const std::string
       }
     const std::string text = YAML::Dump(m);
     detail::atomic_write((fs::path(staging_) / kManifestFile).string(), text.data(), text.size());
-    char sum[17];
-    std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(detail::xxh64(text.data(), text.size())));
+    const std::string sum = detail::hex64(detail::xxh64(text.data(), text.size()));
     const std::string marker = "world_size: " + std::to_string(world_size_) + "\nmanifest_xxh64: \"" + sum + "\"\n";
     detail::atomic_write((fs::path(staging_) / kCompleteMarker).string(), marker.data(), marker.size());
     detail::swap_into_place(staging_, dir_);

@@ -54,7 +54,7 @@ class ShardedCheckpointWriter {
   /// folder into place. Returns when the checkpoint is complete on disk. `local_error` non-empty
   /// (this rank failed while filling its file) aborts the save; the previous checkpoint stays.
   /// Throws CheckpointError on every rank if any failed.
-  void commit(const Checkpoint& header, const std::string& local_error = "");
+  void commit(const CheckpointHeader& header, const std::string& local_error = "");
 
  private:
   std::string dir_, staging_;

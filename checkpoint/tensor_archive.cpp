@@ -22,12 +22,6 @@ namespace {
 constexpr int64_t kArchiveFormatVersion = 2;
 const char* const kIndexRecord = "volt/index.yaml";
 
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 std::vector<uint64_t> chunk_sums(const void* data, int64_t nbytes) {
   std::vector<uint64_t> out;
   const auto* p = static_cast<const unsigned char*>(data);
@@ -89,6 +83,12 @@ inline uint64_t merge(uint64_t acc, uint64_t v) {
   return acc * P1 + P4;
 }
 }  // namespace
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 uint64_t xxh64(const void* data, size_t n, uint64_t seed) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -321,7 +321,7 @@ void ArchiveWriter::commit(const std::vector<std::pair<std::string, c10::IValue>
       n["shape"] = YAML::Node(YAML::NodeType::Sequence);
       for (auto d : a.shape) n["shape"].push_back(d);
       n["sums"] = YAML::Node(YAML::NodeType::Sequence);
-      for (auto h : a.chunk_sums) n["sums"].push_back(hex(h));
+      for (auto h : a.chunk_sums) n["sums"].push_back(detail::hex64(h));
       n["shape"].SetStyle(YAML::EmitterStyle::Flow);
       n["sums"].SetStyle(YAML::EmitterStyle::Flow);
       index["tensors"][s][name] = n;

@@ -118,6 +118,8 @@ at::ScalarType dtype_from_name(const std::string& name, const std::string& where
 namespace detail {
 /// XXH64 (Yann Collet's xxHash, 64-bit) of `n` bytes, seed 0; runs near memory speed.
 uint64_t xxh64(const void* data, size_t n, uint64_t seed = 0);
+/// `v` as 16 lowercase hex digits: how checksums appear in indexes, manifests and markers.
+std::string hex64(uint64_t v);
 /// Writes bytes to `path` atomically (temporary file, fsync, rename, fsync of the directory);
 /// throws CheckpointError.
 void atomic_write(const std::string& path, const char* data, size_t size);

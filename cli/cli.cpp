@@ -10,9 +10,6 @@
 #include "volt/checkpoint/checkpoint.h"
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
-#include "volt/demos/language_model.h"
-#include "volt/demos/wikitext2_data.h"
-#include "volt/trainer/trainer.h"
 
 namespace volt::cli {
 
@@ -109,66 +106,13 @@ YAML::Node load_config(const std::string& path, const std::vector<std::string>& 
   return root;
 }
 
-namespace {
-
-struct Config {
-  TrainerOptions trainer;
-  demos::LanguageModelOptions model;
-  demos::WikiText2DataOptions data;
-  std::string ckpt_path;
-  std::optional<int64_t> seed_everything;
-
-  template <class V>
-  void visit(V& v) {
-    v("trainer", trainer)("model", model)("data", data)("ckpt_path", ckpt_path)("seed_everything", seed_everything);
-  }
-};
-
-int run_checked(int argc, char** argv) {
-  VOLT_CHECK(argc >= 2, ConfigError, "missing subcommand\n", kUsage);
-  if (std::string(argv[1]) == "consolidate") return consolidate(argc, argv);
-  Args args = parse_args(argc, argv);
-  YAML::Node raw = load_config(args.config, args.overrides);
-  Config cfg = options_from_yaml<Config>(raw, "");
-  // Validate everything before any work starts.
-  cfg.trainer.validate();
-  cfg.model.validate();
-  cfg.data.validate();
-  if (cfg.seed_everything && !cfg.trainer.seed) cfg.trainer.seed = cfg.seed_everything;
-  YAML::Node resolved = options_to_yaml(cfg);
-  if (args.print_config) {
-    std::cout << YAML::Dump(resolved) << std::endl;
-    return 0;
-  }
-  if (cfg.trainer.seed) torch::manual_seed(static_cast<uint64_t>(*cfg.trainer.seed));
-  Trainer trainer(cfg.trainer);
-  trainer.set_config(resolved);
-  demos::WikiText2Data data(cfg.data);
-  cfg.model.vocab_size = data.vocab_size();
-  demos::LanguageModel model(cfg.model);
-  if (args.subcommand == "fit") {
-    auto train = data.train_loader();
-    auto val = data.val_loader();
-    trainer.fit(model, *train, val.get(), cfg.ckpt_path);
-    if (trainer.is_global_zero() && !trainer.log_dir().empty())
-      spdlog::info("fit done: {} steps; logs in {}", trainer.global_step(), trainer.log_dir());
-  } else {
-    auto loader = args.subcommand == "validate" ? data.val_loader() : data.test_loader();
-    VOLT_CHECK(loader != nullptr, ConfigError, "data: no file configured for '", args.subcommand, "'");
-    auto metrics = args.subcommand == "validate" ? trainer.validate(model, *loader, cfg.ckpt_path)
-                                                 : trainer.test(model, *loader, cfg.ckpt_path);
-    if (trainer.is_global_zero())
-      for (const auto& [k, v] : metrics) std::cout << k << ": " << v << "\n";
-  }
-  trainer.strategy().finalize();  // rank 0 of a self-launched job: every rank must have succeeded
-  return 0;
-}
-
-}  // namespace
-
-int run(int argc, char** argv) {
+int run(int argc, char** argv, const App& app) {
   try {
-    return run_checked(argc, argv);
+    VOLT_CHECK(argc >= 2, ConfigError, "missing subcommand\n", kUsage);
+    if (std::string(argv[1]) == "consolidate") return consolidate(argc, argv);
+    Args args = parse_args(argc, argv);
+    Command cmd{args.subcommand, load_config(args.config, args.overrides), args.print_config};
+    return app(cmd);
   } catch (const ConfigError& e) {
     std::cerr << "volt: config error: " << e.what() << std::endl;
     return 2;

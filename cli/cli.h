@@ -3,6 +3,7 @@
 ///   volt fit|validate|test --config configs/X.yaml [--trainer.max_steps=20 ...] [--print_config]
 /// Config sections: trainer, model, data, ckpt_path, seed_everything. Unknown keys, wrong types and
 /// out-of-range values are ConfigErrors naming the key, raised before any work starts.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -10,9 +11,21 @@
 
 namespace volt::cli {
 
-/// Runs the CLI; returns the process exit code (0 ok, 1 runtime failure, 2 bad config/usage).
-/// Errors are printed to stderr. Never calls exit().
-int run(int argc, char** argv);
+/// One parsed invocation of fit / validate / test: the subcommand and the merged config (files and
+/// `--key=value` overrides), not yet mapped onto options.
+struct Command {
+  std::string subcommand;
+  YAML::Node config;
+  bool print_config = false;
+};
+
+/// What a program does with a Command (maps the config onto its model and data, runs the Trainer);
+/// returns the exit code. Throws ConfigError for bad configs.
+using App = std::function<int(const Command&)>;
+
+/// Runs the CLI (`consolidate` itself, the rest through `app`); returns the process exit code (0 ok,
+/// 1 runtime failure, 2 bad config/usage). Errors are printed to stderr. Never calls exit().
+int run(int argc, char** argv, const App& app);
 
 /// Loads a config file and applies `--a.b=value` overrides. Throws ConfigError.
 YAML::Node load_config(const std::string& path, const std::vector<std::string>& overrides);

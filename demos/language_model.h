@@ -9,7 +9,7 @@
 #include <string>
 
 #include "volt/demos/transformer.h"
-#include "volt/trainer/lightning_module.h"
+#include "volt/module/lightning_module.h"
 
 namespace volt::demos {
 

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "volt/trainer/data.h"
+#include "volt/module/data.h"
 
 namespace volt::demos {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "volt/core/options.h"
-#include "volt/trainer/data.h"
+#include "volt/module/data.h"
 
 namespace volt::demos {
 

@@ -5,7 +5,7 @@
 
 #include "volt/core/errors.h"
 #include "volt/core/grad_hooks.h"
-#include "volt/trainer/lightning_module.h"
+#include "volt/module/lightning_module.h"
 
 namespace volt {
 
@@ -72,7 +72,7 @@ void DDPStrategy::launch(size_t bi) {
   b.work = process_group().all_reduce_async(b.flat, ReduceOp::Mean);
 }
 
-void DDPStrategy::backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) {
+void DDPStrategy::run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) {
   sync_ = sync_gradients && world_size() > 1;
   for (auto& b : buckets_) {
     b.pending = static_cast<int64_t>(b.params.size());

@@ -21,11 +21,13 @@ class DDPStrategy : public ParallelStrategy {
   std::string name() const override { return "ddp"; }
 
   void setup_module(LightningModule& module) override;
-  void backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) override;
   void teardown(LightningModule& module) override;
 
   /// Number of gradient buckets (after setup_module).
   size_t num_buckets() const { return buckets_.size(); }
+
+ protected:
+  void run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) override;
 
  private:
   struct Bucket {

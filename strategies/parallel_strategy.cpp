@@ -79,7 +79,9 @@ torch::Tensor ParallelStrategy::broadcast(const torch::Tensor& t, int64_t src) {
 void ParallelStrategy::barrier(const std::string& name) { process_group().barrier(name); }
 
 void ParallelStrategy::finalize() {
-  if (launcher_) launcher_->wait_children();
+  // Non-blocking: the launched ranks may still have work after this call (another fit, a test);
+  // the launcher's destructor waits for them to finish.
+  if (launcher_ && launcher_->failed_rank() >= 0) throw DistributedError(launcher_->failure());
 }
 
 void ParallelStrategy::broadcast_module(torch::nn::Module& module) {

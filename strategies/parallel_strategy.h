@@ -22,7 +22,8 @@ class ParallelStrategy : public Strategy {
   torch::Tensor all_reduce(const torch::Tensor& t, ReduceOp op) override;
   torch::Tensor broadcast(const torch::Tensor& t, int64_t src) override;
   void barrier(const std::string& name) override;
-  /// Waits for launched ranks to finish (rank 0 of a self-launched job); throws if one failed.
+  /// Throws DistributedError naming the rank if a launched rank (rank 0 of a self-launched job) has
+  /// failed; does not wait. The launcher waits for its ranks when the strategy is destroyed.
   void finalize() override;
 
   ProcessGroup& process_group();

@@ -62,4 +62,31 @@ at::ScalarType Precision::dtype_from_name(const std::string& name, const std::st
   throw ConfigError("config key '" + key + "': unknown dtype '" + name + "'; valid: float32, bfloat16, float16");
 }
 
+void Precision::enable_loss_scaling(std::function<bool(bool)> any_rank) {
+  if (name_ == "16-mixed") scaler_ = std::make_shared<GradScaler>(GradScalerOptions{}, std::move(any_rank));
+}
+
+torch::Tensor Precision::scale_loss(const torch::Tensor& loss) const {
+  return scaler_ ? scaler_->scale_loss(loss) : loss;
+}
+
+bool Precision::optimizer_step(torch::optim::Optimizer& optimizer, const std::function<void()>& before_step,
+                               const std::function<void()>& step) {
+  if (scaler_) scaler_->unscale(optimizer);
+  before_step();
+  if (!scaler_) {
+    step();
+    return true;
+  }
+  return scaler_->step(optimizer, step);
+}
+
+YAML::Node Precision::state_dict() const {
+  return scaler_ ? scaler_->state_dict() : YAML::Node(YAML::NodeType::Map);
+}
+
+void Precision::load_state_dict(const YAML::Node& state) {
+  if (scaler_ && state && state.IsMap() && state.size() > 0) scaler_->load_state_dict(state);
+}
+
 }  // namespace volt

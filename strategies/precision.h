@@ -1,10 +1,16 @@
 #pragma once
 /// Precision plugin: Lightning's precision names mapped to dtypes and autocast. Owned by the
-/// Strategy. "32-true" fp32; "bf16-mixed" fp32 weights, bf16 autocast in forward; "bf16-true" the
+/// Strategy. It owns the loss scaler of "16-mixed" (scale, unscale, step-or-skip, its state), so the
+/// Trainer asks for one optimizer step and never sees the scaler. "32-true" fp32; "bf16-mixed" fp32 weights, bf16 autocast in forward; "bf16-true" the
 /// whole model in bf16; "16-mixed" fp16 autocast with a gradient scaler (CUDA only).
 #include <torch/types.h>
+#include <yaml-cpp/yaml.h>
 
+#include <functional>
+#include <memory>
 #include <string>
+
+#include "volt/strategies/grad_scaler.h"
 
 namespace torch::nn {
 class Module;
@@ -42,7 +48,27 @@ class Precision {
 
   static at::ScalarType dtype_from_name(const std::string& name, const std::string& key);
 
+  // ---- loss scaling ("16-mixed"; identity for the other precisions) ---------------------------
+  /// Creates the loss scaler of "16-mixed" (no-op otherwise). `any_rank` returns true on every rank
+  /// if its argument is true on any rank: the owning Strategy's collective, since under FSDP each
+  /// rank holds other gradient pieces and skipping a step must be decided together.
+  void enable_loss_scaling(std::function<bool(bool)> any_rank);
+  /// The loss to call backward on: loss * scale under "16-mixed", else `loss` itself.
+  torch::Tensor scale_loss(const torch::Tensor& loss) const;
+  /// One optimizer step: unscales the gradients (collective under "16-mixed"), runs `before_step`
+  /// (hooks and clipping see true gradients, as in Lightning), then `step` unless a gradient was
+  /// inf/nan on some rank. Returns whether the optimizer stepped.
+  bool optimizer_step(torch::optim::Optimizer& optimizer, const std::function<void()>& before_step,
+                      const std::function<void()>& step);
+  /// The scaler's state (an empty map without one), saved in checkpoints.
+  YAML::Node state_dict() const;
+  /// Restores state_dict(); a checkpoint without scaler state leaves the scaler as it is.
+  void load_state_dict(const YAML::Node& state);
+  /// The loss scaler (null unless "16-mixed"); for inspection.
+  const GradScaler* grad_scaler() const { return scaler_.get(); }
+
  private:
+  std::shared_ptr<GradScaler> scaler_;  // shared: Precision stays copyable; one Strategy uses it
   std::string name_;
   bool mixed_ = false;
   at::ScalarType param_dtype_ = at::kFloat;

@@ -12,16 +12,14 @@
 #include "volt/core/errors.h"
 #include "volt/optim/fused_adam.h"
 #include "volt/strategies/activation_checkpointing.h"
-#include "volt/trainer/lightning_module.h"
+#include "volt/module/lightning_module.h"
 
 namespace volt {
 
 Strategy::Strategy(Precision precision, std::string accelerator)
     : precision_(std::move(precision)), accelerator_(std::move(accelerator)) {
   // Skipping a step must be decided by all ranks together: each may hold other gradient pieces.
-  if (precision_.name() == "16-mixed")
-    grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions{},
-                                                [this](bool inf) { return reduce_boolean_decision(inf, /*all=*/false); });
+  precision_.enable_loss_scaling([this](bool inf) { return reduce_boolean_decision(inf, /*all=*/false); });
 }
 
 torch::Device Strategy::root_device() const {
@@ -68,7 +66,11 @@ void Strategy::test_step(LightningModule& module, const Batch& batch, int64_t ba
   module.test_step(batch_to_device(batch), batch_idx);
 }
 
-void Strategy::backward(LightningModule&, const torch::Tensor& loss, bool) { loss.backward(); }
+void Strategy::backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) {
+  run_backward(module, precision_.scale_loss(loss), sync_gradients);
+}
+
+void Strategy::run_backward(LightningModule&, const torch::Tensor& loss, bool) { loss.backward(); }
 
 double Strategy::gradient_norm(torch::optim::Optimizer& optimizer) {
   // Per-tensor norms in fp64 stay on the device; one host sync for the total.
@@ -97,8 +99,10 @@ double Strategy::clip_gradients(torch::optim::Optimizer& optimizer, double value
   return total;
 }
 
-void Strategy::optimizer_step(torch::optim::Optimizer& optimizer) {
-  if (!fused_adam_step(optimizer)) optimizer.step();
+bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer, const std::function<void()>& before_step) {
+  return precision_.optimizer_step(optimizer, before_step, [&] {
+    if (!fused_adam_step(optimizer)) optimizer.step();
+  });
 }
 
 void Strategy::zero_grad(torch::optim::Optimizer& optimizer) {
@@ -113,12 +117,6 @@ bool Strategy::reduce_boolean_decision(bool decision, bool all) {
   return r.item<float>() > 0.5f;
 }
 
-NamedTensors Strategy::optimizer_params(LightningModule& module) {
-  NamedTensors out;
-  for (auto& kv : module.named_parameters()) out.emplace_back(kv.key(), kv.value());
-  return out;
-}
-
 std::map<std::string, torch::Tensor> Strategy::model_state_dict(LightningModule& module) {
   std::map<std::string, torch::Tensor> out;
   for (auto& kv : module.named_parameters()) out[kv.key()] = kv.value().detach().cpu();
@@ -127,103 +125,46 @@ std::map<std::string, torch::Tensor> Strategy::model_state_dict(LightningModule&
 }
 
 namespace {
-/// Checks that `ckpt` holds `name` with `shape`; the message names the file and the tensor.
-void check_model_tensor(const CheckpointReader& ckpt, const std::string& name, c10::IntArrayRef shape) {
-  VOLT_CHECK(ckpt.has(kModelSection, name), CheckpointError, ckpt.path(), ": no tensor '", name,
-             "' in the checkpoint (a checkpoint of another model?)");
-  const auto& t = ckpt.tensor(kModelSection, name);
-  VOLT_CHECK(c10::IntArrayRef(t.shape) == shape, CheckpointError, ckpt.path(), ": tensor '", name, "' has shape ",
-             c10::IntArrayRef(t.shape), " but the model has ", shape, " (a checkpoint of another model?)");
-}
+/// The strategy's own collectives, as checkpoint/ asks for them.
+class StrategyComm : public StateComm {
+ public:
+  explicit StrategyComm(Strategy& s) : s_(s) {}
+  int64_t rank() const override { return s_.global_rank(); }
+  int64_t world_size() const override { return s_.world_size(); }
+  torch::Tensor all_reduce(const torch::Tensor& t, ReduceOp op) override { return s_.all_reduce(t, op); }
+  torch::Tensor broadcast(const torch::Tensor& t, int64_t src) override { return s_.broadcast(t, src); }
+
+ private:
+  Strategy& s_;
+};
 }  // namespace
 
-void detail::check_checkpoint_model(const CheckpointReader& ckpt, const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected) {
-  for (const auto& [name, shape] : expected) check_model_tensor(ckpt, name, shape);
-  const size_t have = ckpt.names(kModelSection).size();
-  VOLT_CHECK(have == expected.size(), CheckpointError, ckpt.path(), ": the checkpoint has ", have,
-             " model tensors, the model ", expected.size(), " (a checkpoint of another model?)");
+StateComm& Strategy::state_comm() {
+  if (!state_comm_) state_comm_ = std::make_unique<StrategyComm>(*this);
+  return *state_comm_;
 }
 
-std::map<std::string, torch::Tensor> Strategy::gather_rank_tensors(const std::map<std::string, torch::Tensor>& local) {
-  std::map<std::string, torch::Tensor> out;
-  const int64_t w = world_size(), r = global_rank();
-  for (const auto& [k, t] : local) {
-    if (w == 1) {
-      out["rank0." + k] = t;
-      continue;
-    }
-    // Exact for the byte states this carries; one all-reduce, no variable-size collective needed.
-    torch::Tensor flat = t.detach().to(torch::kCPU).reshape({-1}).to(torch::kDouble);
-    torch::Tensor rows = torch::zeros({w, flat.numel()}, torch::kDouble);
-    rows[r].copy_(flat);
-    rows = all_reduce(rows, ReduceOp::Sum);
-    for (int64_t q = 0; q < w; ++q) out["rank" + std::to_string(q) + "." + k] = rows[q].to(t.scalar_type()).view(t.sizes());
-  }
-  return out;
+StateLayout Strategy::state_layout(LightningModule& module, torch::optim::Optimizer* optimizer) {
+  StateLayout l;
+  for (auto& kv : module.named_parameters()) l.params.emplace_back(kv.key(), kv.value());
+  for (auto& kv : module.named_buffers()) l.buffers.emplace_back(kv.key(), kv.value());
+  l.optimizer = optimizer;
+  return l;
 }
 
-void Strategy::save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
-                               const std::string& path) {
-  auto rng = gather_rank_tensors(header.rng_states);
-  std::string error;
-  if (is_global_zero()) {
-    try {
-      ArchiveWriter w(path);
-      for (auto& kv : module.named_parameters()) w.add(kModelSection, kv.key(), kv.value());
-      for (auto& kv : module.named_buffers()) w.add(kModelSection, kv.key(), kv.value());
-      if (optimizer)
-        for_each_optimizer_state(*optimizer, optimizer_params(module),
-                                 [&](const std::string& n, const std::string& f, const torch::Tensor& t) {
-                                   w.add(kOptimizerSection, n + "." + f, t);
-                                 });
-      for (const auto& [k, v] : rng) w.add(kRngSection, k, v);
-      w.commit(detail::checkpoint_fields(header), detail::checkpoint_index_meta(header));
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  detail::agree_or_throw(*this, error, "saving checkpoint '" + path + "'");
+void Strategy::save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
+                               const CheckpointHeader& header, const std::string& path) {
+  const CheckpointFormat format = checkpoint_format() == "sharded" ? CheckpointFormat::Sharded : CheckpointFormat::Full;
+  save_state(state_layout(module, optimizer), header, path, format, state_comm());
 }
 
 void Strategy::load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                                const CheckpointReader& ckpt) {
-  torch::NoGradGuard ng;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
-  for (auto& kv : module.named_parameters()) expected.emplace_back(kv.key(), kv.value().sizes().vec());
-  for (auto& kv : module.named_buffers()) expected.emplace_back(kv.key(), kv.value().sizes().vec());
-  detail::check_checkpoint_model(ckpt, expected);
-  for (auto& kv : module.named_parameters()) kv.value().copy_(ckpt.read(kModelSection, kv.key()));
-  for (auto& kv : module.named_buffers()) kv.value().copy_(ckpt.read(kModelSection, kv.key()));
-  if (!optimizer || ckpt.names(kOptimizerSection).empty()) return;
-  // Parameter by parameter: one parameter's state in flight besides the optimizer's own.
-  const std::vector<std::string> names = ckpt.names(kOptimizerSection);  // sorted
-  for (const auto& [name, p] : optimizer_params(module)) {
-    std::map<std::string, torch::Tensor> state;
-    for (auto it = std::lower_bound(names.begin(), names.end(), name + "."); it != names.end() && it->rfind(name + ".", 0) == 0; ++it)
-      if (it->find('.', name.size() + 1) == std::string::npos)  // "<name>.<field>", not a longer name's
-        state[*it] = ckpt.read(kOptimizerSection, *it);
-    optimizer_state_from_tensors(*optimizer, {{name, p}}, state, ckpt.path());
-  }
+  load_state(state_layout(module, optimizer), ckpt);
 }
 
 void detail::agree_or_throw(Strategy& s, const std::string& local_error, const std::string& what) {
-  const int64_t world = s.world_size();
-  // The lowest failing rank (world when none failed), then its message, so every rank's error
-  // says what went wrong and where, whichever rank's log the user reads.
-  const int64_t failing = static_cast<int64_t>(
-      s.all_reduce(torch::tensor(static_cast<double>(local_error.empty() ? world : s.global_rank()), torch::kDouble),
-                   ReduceOp::Min)
-          .item<double>());
-  if (failing >= world) return;
-  const std::string mine = failing == s.global_rank() ? local_error : std::string();
-  const auto n = static_cast<int64_t>(
-      s.broadcast(torch::tensor(static_cast<double>(mine.size()), torch::kDouble), failing).item<double>());
-  torch::Tensor bytes = torch::zeros({std::max<int64_t>(n, 1)}, torch::kUInt8);
-  if (failing == s.global_rank()) std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), static_cast<size_t>(n));
-  bytes = s.broadcast(bytes, failing);
-  const std::string theirs(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
-  if (!local_error.empty()) throw CheckpointError(local_error);
-  throw CheckpointError(str_cat(what, " failed on rank ", failing, ": ", theirs));
+  detail::agree_or_throw(s.state_comm(), local_error, what);
 }
 
 }  // namespace volt

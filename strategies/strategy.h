@@ -8,6 +8,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,12 +16,12 @@
 #include "volt/checkpoint/checkpoint.h"
 #include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/optimizer_state.h"
+#include "volt/checkpoint/state_io.h"
 #include "volt/distributed/reduce_op.h"
-#include "volt/strategies/grad_scaler.h"
 #include "volt/strategies/precision.h"
 #include "volt/strategies/strategy_options.h"
-#include "volt/trainer/data.h"
-#include "volt/trainer/lr_scheduler.h"
+#include "volt/module/data.h"
+#include "volt/module/lr_scheduler.h"
 
 namespace volt {
 
@@ -52,9 +53,8 @@ class Strategy {
   /// The batch on root_device() (a copy unless already there; asynchronous from pinned memory).
   Batch batch_to_device(const Batch& batch) const;
   const Precision& precision() const { return precision_; }
-  /// The loss scaler of "16-mixed" (its unscale and skip decisions are collective); null for the
-  /// other precisions. Owned by the strategy.
-  GradScaler* grad_scaler() { return grad_scaler_.get(); }
+  /// The precision's state (the loss scaler of "16-mixed"), for checkpoints.
+  Precision& precision() { return precision_; }
   const std::string& accelerator() const { return accelerator_; }
 
   // ---- model, optimizer, data -------------------------------------------------------------
@@ -71,8 +71,8 @@ class Strategy {
   /// (make_strategy sets it from the config; `config_key` names the policy in errors).
   void set_activation_checkpointing(ModulePolicy policy, std::string config_key);
   const ModulePolicy& activation_checkpointing() const { return ac_policy_; }
-  /// Called once after fit/validate/test returns on every rank: distributed strategies wait for the
-  /// other ranks and the processes they launched (and throw if one of them failed).
+  /// Called by the Trainer at the end of fit/validate/test on every rank: throws DistributedError
+  /// naming the rank if a process this strategy launched has failed. Does not wait.
   virtual void finalize() {}
   /// Extra lines for the model summary (FSDP: its units and the bytes each rank holds).
   virtual std::string describe_module(LightningModule& module) { return {}; }
@@ -82,17 +82,20 @@ class Strategy {
   virtual torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
   virtual void validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
   virtual void test_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
-  /// loss.backward(); `sync_gradients` is false on gradient-accumulation micro-steps.
-  virtual void backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients);
+  /// Backward of `loss` (scaled by the precision first under "16-mixed"); `sync_gradients` is false
+  /// on gradient-accumulation micro-steps.
+  void backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients);
   /// Clips the optimizer's gradients ("norm" or "value"); returns the total norm before clipping
   /// (computed across ranks when gradients are sharded).
   double clip_gradients(torch::optim::Optimizer& optimizer, double value, const std::string& algorithm);
   /// The L2 norm of every gradient the optimizer holds, across ranks where they are sharded.
   virtual double gradient_norm(torch::optim::Optimizer& optimizer);
-  /// Steps the optimizer: torch::optim::Adam/AdamW over fp32 host tensors (CPU training, FSDP's
+  /// One optimizer step as the precision runs it: unscale (16-mixed), `before_step` (the hooks and
+  /// clipping, which see true gradients), then the step unless a gradient was inf/nan on some rank.
+  /// The step itself: torch::optim::Adam/AdamW over fp32 host tensors (CPU training, FSDP's
   /// cpu_offload) with volt's fused single-pass step (optim/fused_adam.h), anything else with its
-  /// own step().
-  virtual void optimizer_step(torch::optim::Optimizer& optimizer);
+  /// own step(). Returns whether the optimizer stepped.
+  bool optimizer_step(torch::optim::Optimizer& optimizer, const std::function<void()>& before_step = [] {});
   virtual void zero_grad(torch::optim::Optimizer& optimizer);
 
   // ---- collectives (identity on one process) -------------------------------------------------
@@ -102,50 +105,45 @@ class Strategy {
   /// True on every rank if `decision` is true on all (all=true) or on any (all=false) rank.
   bool reduce_boolean_decision(bool decision, bool all = true);
 
-  // ---- checkpoints ------------------------------------------------------------------------
+  // ---- checkpoints ----------------------------------------------------------------------
   /// The full model state with the user's parameter and buffer names, on every rank (gathered if
   /// sharded): for inspection, tests and export. Checkpoints stream instead (save_checkpoint).
   virtual std::map<std::string, torch::Tensor> model_state_dict(LightningModule& module);
+  /// How this rank holds the module's (and, unless `optimizer` is null, the optimizer's) state, for
+  /// checkpoint/ to write or read (checkpoint/state_layout.h). Default: whole tensors.
+  virtual StateLayout state_layout(LightningModule& module, torch::optim::Optimizer* optimizer);
   /// The format save_checkpoint writes: "full", or "sharded" (FSDP with state_dict_type sharded).
   virtual std::string checkpoint_format() const { return "full"; }
-  /// Writes a checkpoint at `path`; every rank must call it. `header` carries epoch, step, meta
-  /// and this rank's RNG states (header.rng_states); the model and, unless `optimizer` is null,
-  /// its state are streamed from the strategy's own layout (a full checkpoint is written by rank 0,
-  /// never held whole in memory). A failure on any rank throws CheckpointError on every rank.
-  virtual void save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
-                               const std::string& path);
-  /// Loads the model and, when `optimizer` is given and the checkpoint has it, the optimizer
-  /// state from a checkpoint of either format saved by any strategy and world size (FSDP reads
-  /// just its own shard's ranges). Throws CheckpointError naming the file on any mismatch.
-  virtual void load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
-                               const CheckpointReader& checkpoint);
-  /// Every rank's tensors of `local` (same keys and shapes on every rank) as "rank<r>.<key>";
-  /// collective.
-  std::map<std::string, torch::Tensor> gather_rank_tensors(const std::map<std::string, torch::Tensor>& local);
+  /// Writes a checkpoint of state_layout() at `path` through checkpoint/state_io.h; every rank must
+  /// call it. `header` carries epoch, step, meta and this rank's RNG states. A full checkpoint is
+  /// written by rank 0 and never held whole in memory. A failure on any rank throws CheckpointError
+  /// on every rank.
+  void save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const CheckpointHeader& header,
+                       const std::string& path);
+  /// Loads the model and, when `optimizer` is given and the checkpoint has it, the optimizer state
+  /// from a checkpoint of either format saved by any strategy and world size (FSDP reads just its own
+  /// shard's ranges). Throws CheckpointError naming the file on any mismatch.
+  void load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const CheckpointReader& checkpoint);
+  /// The collectives checkpoint/ needs, over this strategy's ranks.
+  StateComm& state_comm();
 
  protected:
-  /// The tensors the optimizer steps, with names for its state (default: the module's parameters).
-  virtual NamedTensors optimizer_params(LightningModule& module);
+  /// loss.backward() with the strategy's gradient synchronization (DDP, FSDP override it).
+  virtual void run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients);
   /// Sum of a local squared norm across the ranks that hold different gradient pieces.
   virtual double reduce_grad_norm_sq(double local) { return local; }
 
   Precision precision_;
-  std::unique_ptr<GradScaler> grad_scaler_;
   std::string accelerator_;
   int64_t device_index_ = 0;  // CUDA device of this rank (local rank modulo the visible GPUs)
   ModulePolicy ac_policy_;
+  std::unique_ptr<StateComm> state_comm_;
   std::string ac_key_ = "trainer.strategy.activation_checkpointing_policy";
 };
 
 namespace detail {
-/// Every rank learns whether all succeeded: throws `local_error` (as a CheckpointError) where it is
-/// non-empty, and on the other ranks a CheckpointError naming `what`, the lowest failing rank and
-/// its message. Collective: this is how one rank's failed write fails all ranks instead of hanging
-/// them, with the cause in every rank's log.
+/// agree_or_throw (checkpoint/state_io.h) over the strategy's ranks.
 void agree_or_throw(Strategy& s, const std::string& local_error, const std::string& what);
-/// Checks that `ckpt` has exactly the model tensors `expected` (name, shape).
-void check_checkpoint_model(const CheckpointReader& ckpt,
-                            const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected);
 }  // namespace detail
 
 /// One process, one device ("single_device"; what "auto" means with devices: 1).

@@ -1,16 +1,18 @@
 #pragma once
 /// FSDPStrategy: fully sharded data parallel. The auto_wrap_policy picks units (HookedModules);
-/// each unit's parameters are flattened and sharded across the shard group (FlatParam), the
-/// optimizer steps only this rank's shard (so its state is sharded too), and an interceptor around
-/// each unit's forward gathers its parameters just before they are needed and frees them after.
+/// each unit's parameters are flattened and sharded across the shard group, the optimizer steps
+/// only this rank's shard (so its state is sharded too), and an interceptor around each unit's
+/// forward gathers its parameters just before they are needed and frees them after.
 ///
-/// Where things happen (a newcomer's map):
-///   all-gather before forward ........ FSDPUnitInterceptor::around -> FlatParam::unshard
-///   free after forward (FULL_SHARD) .. FSDPUnitInterceptor::around -> FlatParam::reshard
-///   gather again before backward ..... the hook on the unit's output (pre-backward)
-///   reduce-scatter after backward .... grad-accumulator hooks -> FSDPStrategy::on_unit_grads_ready
-///                                      -> FlatParam::reduce_gradients
-///   prefetch ......................... FSDPStrategy::prefetch_after (forward / backward order)
+/// The package, one file a layer (as PyTorch's FSDP2 `_fully_shard/`):
+///   flat_param.h ..... one unit's flat parameter: the shard, all-gather, reduce-scatter
+///   fsdp_unit.h ...... a unit: its module, flat parameter, gradient count, training state
+///   fsdp_schedule.h .. when units gather, free and reduce (forward order, prefetch, gather limit)
+///                      -- start here to find where FSDP all-gathers
+///   fsdp_mesh.h ...... the (replicate x shard) layout and its process groups
+///   fsdp_strategy.h .. this file: the Strategy overrides that wire them together, and the
+///                      state layout checkpoint/ saves and loads
+///
 /// Sharding strategies: FULL_SHARD (free after forward), SHARD_GRAD_OP (keep until after backward),
 /// NO_SHARD (shard group of 1, gradients all-reduced), HYBRID_SHARD / _HYBRID_SHARD_ZERO2 (shard
 /// within groups of device_mesh[1] ranks, replicate across device_mesh[0] groups).
@@ -32,12 +34,9 @@
 #include <optional>
 #include <vector>
 
-#include "volt/strategies/fsdp/flat_param.h"
+#include "volt/strategies/fsdp/fsdp_mesh.h"
+#include "volt/strategies/fsdp/fsdp_schedule.h"
 #include "volt/strategies/parallel_strategy.h"
-
-namespace torch::autograd {
-struct Node;
-}
 
 namespace volt {
 
@@ -46,7 +45,6 @@ class FSDPStrategy : public ParallelStrategy {
   FSDPStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes, FSDPOptions options);
   ~FSDPStrategy() override;
   std::string name() const override { return "fsdp"; }
-  std::string precision_unsupported_reason(const Precision& p) const override;
 
   void setup_environment() override;
   void setup_module(LightningModule& module) override;
@@ -57,19 +55,15 @@ class FSDPStrategy : public ParallelStrategy {
   torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
   void validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
   void test_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
-  void backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) override;
   void zero_grad(torch::optim::Optimizer& optimizer) override;
 
   std::map<std::string, torch::Tensor> model_state_dict(LightningModule& module) override;
-  std::string checkpoint_format() const override { return options_.state_dict_type; }
   /// "full": each unit's parameters and optimizer state are all-gathered in turn and rank 0 writes
-  /// them (memory: one unit). "sharded": every rank writes its own flat ranges, no gathering.
-  void save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
-                       const std::string& path) override;
-  /// Reads just this rank's ranges of every parameter (and of its optimizer state), from either
-  /// format, whatever world size, wrap policy or sharding strategy wrote it.
-  void load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
-                       const CheckpointReader& checkpoint) override;
+  /// them (memory: one unit). "sharded": every rank writes its own flat ranges, no gathering. Either
+  /// is read back as just this rank's ranges, whatever world size, wrap policy or sharding
+  /// strategy wrote it.
+  std::string checkpoint_format() const override { return options_.state_dict_type; }
+  StateLayout state_layout(LightningModule& module, torch::optim::Optimizer* optimizer) override;
 
   // ---- introspection (tests, summaries, benchmarks) -------------------------------------------
   struct UnitInfo {
@@ -78,58 +72,22 @@ class FSDPStrategy : public ParallelStrategy {
     size_t unsharded_bytes;  // storage the gathered buffer holds right now
   };
   std::vector<UnitInfo> units() const;
-  int64_t shard_group_size() const { return shard_size_; }
+  int64_t shard_group_size() const { return mesh_.shard_size(); }
   const FSDPOptions& options() const { return options_; }
 
-  // Called by the unit interceptor.
-  void pre_forward(size_t unit);
-  void post_forward(size_t unit, const torch::Tensor& output);
-  void on_unit_grads_ready(size_t unit);
-
  protected:
+  void run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) override;
   double reduce_grad_norm_sq(double local) override;
-  NamedTensors optimizer_params(LightningModule& module) override;
 
  private:
-  ProcessGroup* shard_pg();
-  ProcessGroup* replicate_pg();
-  void unshard(size_t unit);
-  void reshard(size_t unit);
-  void prefetch_after(size_t unit, bool backward);
-  void prefetch_backward(size_t unit);
-  void finish_backward();
-  void install_grad_hooks(size_t unit);
-  bool may_prefetch() const;
-  /// Optimizer state fields present on any rank (collective), in kStateFields order.
-  std::vector<std::string> optimizer_fields(torch::optim::Optimizer& optimizer);
-  void save_full(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
-                 const std::string& path);
-  void save_sharded(LightningModule& module, torch::optim::Optimizer* optimizer, const Checkpoint& header,
-                    const std::string& path);
+  std::vector<detail::FSDPUnit> make_units(LightningModule& module);
 
   FSDPOptions options_;
+  detail::FSDPMesh mesh_;
   at::ScalarType param_dtype_ = at::kFloat;
   at::ScalarType reduce_dtype_ = at::kFloat;
   std::optional<at::ScalarType> buffer_dtype_;
-  int64_t shard_size_ = 1, replicate_size_ = 1;
-  std::unique_ptr<ProcessGroup> shard_group_, replicate_group_;
-
-  struct Unit {
-    std::string name;
-    torch::nn::Module* module = nullptr;
-    std::unique_ptr<detail::FlatParam> flat;
-    int64_t grads_pending = 0;
-    int64_t grads_expected = 0;
-    bool reduced = false;     // this backward's gradients handled (reduced, or kept on a micro-step)
-    bool has_frozen = false;  // holds a parameter with requires_grad false
-  };
-  std::vector<Unit> units_;  // units_[0] is the root
-  std::vector<size_t> forward_order_, current_order_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  bool sync_ = true;
-  bool in_backward_ = false;
-  LightningModule* module_ = nullptr;
+  std::unique_ptr<detail::FSDPSchedule> schedule_;  // set up by setup_module, gone after teardown
 };
 
 }  // namespace volt

@@ -1,4 +1,4 @@
-#include "volt/strategies/strategy_factory.h"
+#include "volt/trainer/strategy_factory.h"
 
 #include "volt/core/errors.h"
 #include "volt/strategies/ddp.h"

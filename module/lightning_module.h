@@ -12,8 +12,8 @@
 #include <optional>
 #include <string>
 
-#include "volt/trainer/data.h"
-#include "volt/trainer/lr_scheduler.h"
+#include "volt/module/data.h"
+#include "volt/module/lr_scheduler.h"
 
 namespace volt {
 
@@ -33,6 +33,14 @@ struct LogOptions {
 /// A checkpoint as the hooks see it: metadata (YAML) the module or callbacks may extend.
 struct CheckpointMeta {
   YAML::Node extra;  // on_save_checkpoint writes here; on_load_checkpoint reads it back
+};
+
+/// Where LightningModule::log sends its values: the Trainer's metrics while a call runs. An
+/// interface so that the module layer does not depend on the Trainer.
+class LogSink {
+ public:
+  virtual ~LogSink() = default;
+  virtual void log_metric(const std::string& name, const torch::Tensor& value, const LogOptions& options) = 0;
 };
 
 class LightningModule : public torch::nn::Module {
@@ -80,10 +88,15 @@ class LightningModule : public torch::nn::Module {
 
   /// The trainer running this module, or nullptr outside fit/validate/test.
   Trainer* trainer() const { return trainer_; }
+  /// Attaches the module to a running Trainer (`trainer` and `sink` non-owning, both null to detach).
+  void attach(Trainer* trainer, LogSink* sink) {
+    trainer_ = trainer;
+    log_sink_ = sink;
+  }
 
  private:
-  friend class Trainer;
   Trainer* trainer_ = nullptr;
+  LogSink* log_sink_ = nullptr;
 };
 
 namespace detail {

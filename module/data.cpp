@@ -1,4 +1,4 @@
-#include "volt/trainer/data.h"
+#include "volt/module/data.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "volt/trainer/lr_scheduler.h"
+#include "volt/module/lr_scheduler.h"
 
 #include <cmath>
 

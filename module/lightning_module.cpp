@@ -1,7 +1,6 @@
-#include "volt/trainer/lightning_module.h"
+#include "volt/module/lightning_module.h"
 
 #include "volt/core/errors.h"
-#include "volt/trainer/trainer.h"
 
 namespace volt {
 
@@ -9,8 +8,8 @@ void LightningModule::validation_step(const Batch&, int64_t) { throw detail::Hoo
 void LightningModule::test_step(const Batch&, int64_t) { throw detail::HookNotImplemented("test_step"); }
 
 void LightningModule::log(const std::string& name, const torch::Tensor& value, LogOptions options) {
-  VOLT_CHECK(trainer_ != nullptr, ConfigError, "log('", name, "') called outside fit/validate/test");
-  trainer_->log_metric(name, value, options);
+  VOLT_CHECK(log_sink_ != nullptr, ConfigError, "log('", name, "') called outside fit/validate/test");
+  log_sink_->log_metric(name, value, options);
 }
 
 void LightningModule::log(const std::string& name, double value, LogOptions options) {

@@ -1,0 +1,340 @@
+#include "volt/checkpoint/state_io.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <set>
+
+#include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/checkpoint/tensor_archive.h"
+#include "volt/core/errors.h"
+
+namespace volt {
+
+namespace {
+
+/// Every rank's tensors of `local` (same keys and shapes on every rank) as "rank<r>.<key>";
+/// collective. Exact for the byte states it carries: one all-reduce, no variable-size collective.
+std::map<std::string, torch::Tensor> gather_rank_tensors(StateComm& comm, const std::map<std::string, torch::Tensor>& local) {
+  std::map<std::string, torch::Tensor> out;
+  const int64_t w = comm.world_size(), r = comm.rank();
+  for (const auto& [k, t] : local) {
+    if (w == 1) {
+      out["rank0." + k] = t;
+      continue;
+    }
+    torch::Tensor flat = t.detach().to(torch::kCPU).reshape({-1}).to(torch::kDouble);
+    torch::Tensor rows = torch::zeros({w, flat.numel()}, torch::kDouble);
+    rows[r].copy_(flat);
+    rows = comm.all_reduce(rows, ReduceOp::Sum);
+    for (int64_t q = 0; q < w; ++q) out["rank" + std::to_string(q) + "." + k] = rows[q].to(t.scalar_type()).view(t.sizes());
+  }
+  return out;
+}
+
+/// The optimizer state fields of a group's slices, by field, on this rank.
+void for_each_slice_state(torch::optim::Optimizer& opt, const FlatGroup& g, const FlatSlice& s,
+                          const std::function<void(const std::string&, const torch::Tensor&)>& fn) {
+  for_each_optimizer_state(opt, {{g.entries[s.entry].name, s.view}},
+                           [&](const std::string&, const std::string& field, const torch::Tensor& t) { fn(field, t); });
+}
+
+/// Optimizer state fields present on any rank in any group (collective), in the canonical order.
+std::vector<std::string> group_fields(const StateLayout& layout, StateComm& comm) {
+  const auto& all = optimizer_state_fields();
+  std::set<std::string> local;
+  if (layout.optimizer)
+    for (const auto& g : layout.groups)
+      for (const auto& s : g.slices)
+        for_each_slice_state(*layout.optimizer, g, s, [&](const std::string& f, const torch::Tensor&) { local.insert(f); });
+  torch::Tensor have = torch::zeros({static_cast<int64_t>(all.size())});
+  for (size_t i = 0; i < all.size(); ++i)
+    if (local.count(all[i])) have[static_cast<int64_t>(i)] = 1;
+  if (comm.world_size() > 1) have = comm.all_reduce(have, ReduceOp::Max);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (have[static_cast<int64_t>(i)].item<float>() > 0) out.push_back(all[i]);
+  return out;
+}
+
+/// This rank's optimizer state `field` of a group laid out as its shard (zeros where no slice has state).
+torch::Tensor local_field(torch::optim::Optimizer& opt, const FlatGroup& g, const std::string& field) {
+  torch::Tensor local = torch::zeros({g.shard_numel}, g.shard.options());
+  for (const auto& s : g.slices)
+    for_each_slice_state(opt, g, s, [&](const std::string& name, const torch::Tensor& t) {
+      if (name == field) local.narrow(0, s.shard_offset, s.length).copy_(t.reshape({-1}));
+    });
+  return local;
+}
+
+/// Every group's optimizer step count: the same for every slice of a group; the maximum over slices
+/// and shard ranks guards against slices that never got a gradient. One collective for all groups
+/// (the groups of a layout share one shard group).
+std::vector<int64_t> group_steps(torch::optim::Optimizer& opt, const std::vector<FlatGroup>& groups) {
+  std::vector<double> local;
+  for (const auto& g : groups) {
+    double step = 0.0;
+    for (const auto& s : g.slices)
+      for_each_slice_state(opt, g, s, [&](const std::string& name, const torch::Tensor& t) {
+        if (name == "step") step = std::max(step, t.item<double>());
+      });
+    local.push_back(step);
+  }
+  torch::Tensor steps = torch::tensor(local, torch::kDouble);
+  if (!groups.empty()) steps = groups[0].all_reduce(steps, ReduceOp::Max);
+  std::vector<int64_t> out;
+  for (size_t u = 0; u < local.size(); ++u) out.push_back(static_cast<int64_t>(steps[u].item<double>()));
+  return out;
+}
+
+/// The steps of every group, if any group has optimizer state "step" (collective).
+std::vector<int64_t> steps_if_any(const StateLayout& layout, const std::vector<std::string>& fields) {
+  const bool has_step = std::count(fields.begin(), fields.end(), "step") > 0;
+  return has_step ? group_steps(*layout.optimizer, layout.groups) : std::vector<int64_t>{};
+}
+
+void save_full(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm) {
+  torch::NoGradGuard ng;
+  auto rng = gather_rank_tensors(comm, header.rng_states);
+  const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm);
+  const std::vector<int64_t> steps = steps_if_any(layout, fields);
+  const bool writer = comm.rank() == 0;
+  std::unique_ptr<ArchiveWriter> w;
+  std::string error;
+  // Rank 0 keeps taking part in the gathers after a failed write, so no rank hangs; all learn of
+  // the failure at the end.
+  auto guarded = [&](const std::function<void()>& fn) {
+    if (!writer || !error.empty()) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error = e.what();
+      w.reset();
+    }
+  };
+  guarded([&] { w = std::make_unique<ArchiveWriter>(path); });
+  for (size_t gi = 0; gi < layout.groups.size(); ++gi) {
+    const FlatGroup& g = layout.groups[gi];
+    {
+      torch::Tensor full = g.gather(g.shard);
+      guarded([&] {
+        for (const auto& e : g.entries) w->add(kModelSection, e.name, full.narrow(0, e.offset, e.numel).view(e.shape));
+      });
+    }  // one group's gathered values at a time
+    for (const auto& field : fields) {
+      if (field == "step") {
+        guarded([&] {
+          for (const auto& e : g.entries)
+            w->add(kOptimizerSection, e.name + ".step", torch::tensor(steps[gi], torch::kLong));
+        });
+        continue;
+      }
+      torch::Tensor full = g.gather(local_field(*layout.optimizer, g, field));
+      guarded([&] {
+        for (const auto& e : g.entries)
+          w->add(kOptimizerSection, e.name + "." + field, full.narrow(0, e.offset, e.numel).view(e.shape));
+      });
+    }
+  }
+  guarded([&] {
+    for (const auto& [n, t] : layout.params) w->add(kModelSection, n, t);
+    for (const auto& [n, t] : layout.buffers) w->add(kModelSection, n, t);
+    if (layout.optimizer)
+      for_each_optimizer_state(*layout.optimizer, layout.params,
+                               [&](const std::string& n, const std::string& f, const torch::Tensor& t) {
+                                 w->add(kOptimizerSection, n + "." + f, t);
+                               });
+    for (const auto& [k, v] : rng) w->add(kRngSection, k, v);
+    w->commit(detail::checkpoint_fields(header), detail::checkpoint_index_meta(header));
+  });
+  detail::agree_or_throw(comm, error, "saving checkpoint '" + path + "'");
+}
+
+/// Rank 0's part of a sharded save: whole tensors, written and declared.
+void add_whole(const StateLayout& layout, ShardedCheckpointWriter& sw) {
+  ArchiveWriter& file = sw.file();
+  auto whole = [&](const char* section, const std::string& name, const torch::Tensor& t) {
+    file.add(section, name, t);
+    sw.declare(section, name, t.scalar_type(), t.sizes().vec(), 0, 0, t.numel());
+  };
+  for (const auto& [n, t] : layout.params) whole(kModelSection, n, t);
+  for (const auto& [n, t] : layout.buffers) whole(kModelSection, n, t);
+  if (layout.optimizer)
+    for_each_optimizer_state(*layout.optimizer, layout.params,
+                             [&](const std::string& n, const std::string& f, const torch::Tensor& t) {
+                               whole(kOptimizerSection, n + "." + f, t);
+                             });
+}
+
+/// One group's pieces in this rank's file, and (rank 0) every rank's pieces in the manifest.
+void add_group(const StateLayout& layout, const FlatGroup& g, const std::vector<std::string>& fields, int64_t step,
+               int64_t rank, ShardedCheckpointWriter& sw) {
+  ArchiveWriter& file = sw.file();
+  if (g.writes)
+    for (const auto& s : g.slices) {
+      const auto& e = g.entries[s.entry];
+      file.add(kModelSection, e.name, g.shard.narrow(0, s.shard_offset, s.length));
+      for (const auto& field : fields) {
+        if (field == "step") {
+          file.add(kOptimizerSection, e.name + ".step", torch::tensor(step, torch::kLong));
+          continue;
+        }
+        for_each_slice_state(*layout.optimizer, g, s, [&](const std::string& name, const torch::Tensor& t) {
+          if (name == field) file.add(kOptimizerSection, e.name + "." + field, t.reshape({-1}));
+        });
+      }
+    }
+  if (rank != 0) return;
+  // The writing ranks are the first replica: global rank q holds shard q.
+  const int64_t S = g.shard_numel;
+  for (const auto& e : g.entries)
+    for (int64_t q = 0; q < g.shard_size; ++q) {
+      const int64_t lo = std::max(e.offset, q * S), hi = std::min(e.offset + e.numel, (q + 1) * S);
+      if (lo >= hi) continue;
+      sw.declare(kModelSection, e.name, at::kFloat, e.shape, q, lo - e.offset, hi - lo);
+      for (const auto& field : fields) {
+        if (field == "step") {
+          if (lo == e.offset) sw.declare(kOptimizerSection, e.name + ".step", at::kLong, {}, q, 0, 1);  // once
+        } else {
+          sw.declare(kOptimizerSection, e.name + "." + field, at::kFloat, e.shape, q, lo - e.offset, hi - lo);
+        }
+      }
+    }
+}
+
+void save_sharded(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm) {
+  torch::NoGradGuard ng;
+  const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm);
+  const std::vector<int64_t> steps = steps_if_any(layout, fields);
+  const int64_t rank = comm.rank(), world = comm.world_size();
+  ShardedCheckpointWriter sw(path, rank, world, [&comm](const std::string& error, const std::string& what) {
+    detail::agree_or_throw(comm, error, what);
+  });
+  std::string error;
+  try {
+    for (size_t gi = 0; gi < layout.groups.size(); ++gi)
+      add_group(layout, layout.groups[gi], fields, steps.empty() ? 0 : steps[gi], rank, sw);
+    if (rank == 0) add_whole(layout, sw);
+    for (const auto& [k, v] : header.rng_states) {
+      sw.file().add(kRngSection, "rank" + std::to_string(rank) + "." + k, v);
+      if (rank == 0)  // every rank's generators have the same state size
+        for (int64_t r = 0; r < world; ++r)
+          sw.declare(kRngSection, "rank" + std::to_string(r) + "." + k, v.scalar_type(), v.sizes().vec(), r, 0, v.numel());
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  sw.commit(header, error);
+}
+
+void load_optimizer(const StateLayout& layout, const CheckpointReader& ckpt) {
+  torch::optim::Optimizer& opt = *layout.optimizer;
+  // Unit by unit: at most one unit's optimizer state is in flight besides the optimizer's own.
+  for (const auto& g : layout.groups) {
+    std::map<std::string, torch::Tensor> local;
+    NamedTensors params;
+    for (const auto& s : g.slices) {
+      const auto& e = g.entries[s.entry];
+      params.emplace_back(e.name, s.view);
+      for (const auto& field : optimizer_state_fields()) {
+        const std::string key = e.name + "." + field;
+        if (!ckpt.has(kOptimizerSection, key)) continue;
+        if (field == "step") {
+          local[key] = ckpt.read(kOptimizerSection, key);
+          continue;
+        }
+        VOLT_CHECK(ckpt.tensor(kOptimizerSection, key).numel == e.numel, CheckpointError, ckpt.path(),
+                   ": optimizer state '", key, "' has ", ckpt.tensor(kOptimizerSection, key).numel,
+                   " elements, the parameter ", e.numel);
+        local[key] = ckpt.read_flat(kOptimizerSection, key, s.param_offset, s.length);
+      }
+    }
+    optimizer_state_from_tensors(opt, params, local, ckpt.path());
+  }
+  // Whole parameters one by one: one parameter's state in flight besides the optimizer's own.
+  const std::vector<std::string> names = ckpt.names(kOptimizerSection);  // sorted
+  for (const auto& [name, p] : layout.params) {
+    std::map<std::string, torch::Tensor> state;
+    for (auto it = std::lower_bound(names.begin(), names.end(), name + ".");
+         it != names.end() && it->rfind(name + ".", 0) == 0; ++it)
+      if (it->find('.', name.size() + 1) == std::string::npos)  // "<name>.<field>", not a longer name's
+        state[*it] = ckpt.read(kOptimizerSection, *it);
+    optimizer_state_from_tensors(opt, {{name, p}}, state, ckpt.path());
+  }
+}
+
+}  // namespace
+
+void save_state(const StateLayout& layout, const CheckpointHeader& header, const std::string& path,
+                CheckpointFormat format, StateComm& comm) {
+  if (format == CheckpointFormat::Sharded)
+    save_sharded(layout, header, path, comm);
+  else
+    save_full(layout, header, path, comm);
+}
+
+void load_state(const StateLayout& layout, const CheckpointReader& ckpt) {
+  torch::NoGradGuard ng;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+  for (const auto& g : layout.groups)
+    for (const auto& e : g.entries) expected.emplace_back(e.name, e.shape);
+  for (const auto& [n, t] : layout.params) expected.emplace_back(n, t.sizes().vec());
+  for (const auto& [n, t] : layout.buffers) expected.emplace_back(n, t.sizes().vec());
+  detail::check_checkpoint_model(ckpt, expected);
+  // Just this rank's ranges: a full file is read in pieces, a sharded folder through its manifest.
+  for (const auto& g : layout.groups) {
+    torch::Tensor shard = g.shard;
+    for (const auto& s : g.slices)
+      shard.narrow(0, s.shard_offset, s.length)
+          .copy_(ckpt.read_flat(kModelSection, g.entries[s.entry].name, s.param_offset, s.length));
+  }
+  for (const auto& [n, t] : layout.params) torch::Tensor(t).copy_(ckpt.read(kModelSection, n));
+  for (const auto& [n, t] : layout.buffers) torch::Tensor(t).copy_(ckpt.read(kModelSection, n));
+  if (layout.optimizer && !ckpt.names(kOptimizerSection).empty()) load_optimizer(layout, ckpt);
+}
+
+namespace detail {
+
+namespace {
+/// Checks that `ckpt` holds `name` with `shape`; the message names the file and the tensor.
+void check_model_tensor(const CheckpointReader& ckpt, const std::string& name, c10::IntArrayRef shape) {
+  VOLT_CHECK(ckpt.has(kModelSection, name), CheckpointError, ckpt.path(), ": no tensor '", name,
+             "' in the checkpoint (a checkpoint of another model?)");
+  const auto& t = ckpt.tensor(kModelSection, name);
+  VOLT_CHECK(c10::IntArrayRef(t.shape) == shape, CheckpointError, ckpt.path(), ": tensor '", name, "' has shape ",
+             c10::IntArrayRef(t.shape), " but the model has ", shape, " (a checkpoint of another model?)");
+}
+}  // namespace
+
+void check_checkpoint_model(const CheckpointReader& ckpt,
+                            const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected) {
+  for (const auto& [name, shape] : expected) check_model_tensor(ckpt, name, shape);
+  const size_t have = ckpt.names(kModelSection).size();
+  VOLT_CHECK(have == expected.size(), CheckpointError, ckpt.path(), ": the checkpoint has ", have,
+             " model tensors, the model ", expected.size(), " (a checkpoint of another model?)");
+}
+
+void agree_or_throw(StateComm& comm, const std::string& local_error, const std::string& what) {
+  const int64_t world = comm.world_size();
+  // The lowest failing rank (world when none failed), then its message, so every rank's error
+  // says what went wrong and where, whichever rank's log the user reads.
+  const int64_t failing = static_cast<int64_t>(
+      comm.all_reduce(torch::tensor(static_cast<double>(local_error.empty() ? world : comm.rank()), torch::kDouble),
+                      ReduceOp::Min)
+          .item<double>());
+  if (failing >= world) return;
+  const std::string mine = failing == comm.rank() ? local_error : std::string();
+  const auto n = static_cast<int64_t>(
+      comm.broadcast(torch::tensor(static_cast<double>(mine.size()), torch::kDouble), failing).item<double>());
+  torch::Tensor bytes = torch::zeros({std::max<int64_t>(n, 1)}, torch::kUInt8);
+  if (failing == comm.rank()) std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), static_cast<size_t>(n));
+  bytes = comm.broadcast(bytes, failing);
+  const std::string theirs(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
+  if (!local_error.empty()) throw CheckpointError(local_error);
+  throw CheckpointError(str_cat(what, " failed on rank ", failing, ": ", theirs));
+}
+
+}  // namespace detail
+}  // namespace volt

@@ -1,0 +1,42 @@
+#pragma once
+/// Writing and reading a strategy's state (state_layout.h) in either checkpoint format: the one
+/// path every strategy's checkpoints take.
+///   full     one file, torch.load-compatible, written by rank 0 (tensor_archive.h)
+///   sharded  a folder, one file per rank and a manifest derived from the layout
+///            (sharded_checkpoint.h)
+/// Loading reads only this rank's ranges from either format and any rank layout, which is how FSDP
+/// reshards to another world size, wrap policy or sharding strategy.
+///
+/// Every function here is collective: all ranks call it with their own layout. A failure on any
+/// rank throws CheckpointError on every rank, naming the rank and the cause (never a hang).
+#include <string>
+
+#include "volt/checkpoint/checkpoint.h"
+#include "volt/checkpoint/checkpoint_reader.h"
+#include "volt/checkpoint/state_layout.h"
+
+namespace volt {
+
+enum class CheckpointFormat { Full, Sharded };
+
+/// Writes `layout` with `header` at `path`. The file or folder appears atomically.
+void save_state(const StateLayout& layout, const CheckpointHeader& header, const std::string& path,
+                CheckpointFormat format, StateComm& comm);
+
+/// Loads the model (and, when layout.optimizer is set and the checkpoint has it, the optimizer
+/// state) into `layout`'s tensors. Throws CheckpointError naming the file on any mismatch.
+/// Not collective by itself (every rank reads its own ranges).
+void load_state(const StateLayout& layout, const CheckpointReader& checkpoint);
+
+namespace detail {
+/// Every rank learns whether all succeeded: throws `local_error` (as a CheckpointError) where it is
+/// non-empty, and on the other ranks a CheckpointError naming `what`, the lowest failing rank and
+/// its message. Collective: this is how one rank's failed write fails all ranks instead of hanging
+/// them, with the cause in every rank's log.
+void agree_or_throw(StateComm& comm, const std::string& local_error, const std::string& what);
+/// Checks that `ckpt` has exactly the model tensors `expected` (name, shape).
+void check_checkpoint_model(const CheckpointReader& ckpt,
+                            const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected);
+}  // namespace detail
+
+}  // namespace volt

@@ -1,0 +1,192 @@
+#include "volt/strategies/fsdp/fsdp_schedule.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "volt/core/grad_hooks.h"
+#include "volt/core/hooked_module.h"
+
+namespace volt::detail {
+
+/// Runs around one unit's forward: gather, run, hook the output for backward, free.
+class UnitInterceptor : public ForwardInterceptor {
+ public:
+  UnitInterceptor(FSDPSchedule* s, size_t unit, std::weak_ptr<bool> alive) : s_(s), unit_(unit), alive_(alive) {}
+  torch::Tensor around(torch::nn::Module&, const TensorVec& inputs, const ForwardFn& next) override {
+    if (alive_.expired()) return next(inputs);
+    s_->pre_forward(unit_);
+    torch::Tensor out = next(inputs);
+    s_->post_forward(unit_, out);
+    return out;
+  }
+  const char* name() const override { return "fsdp"; }
+
+ private:
+  FSDPSchedule* s_;
+  size_t unit_;
+  std::weak_ptr<bool> alive_;
+};
+
+FSDPSchedule::FSDPSchedule(FSDPScheduleOptions options, const FSDPMesh& mesh) : options_(options), mesh_(mesh) {}
+
+FSDPSchedule::~FSDPSchedule() { alive_.reset(); }
+
+void FSDPSchedule::install(std::vector<FSDPUnit> units) {
+  units_ = std::move(units);
+  std::weak_ptr<bool> alive = alive_;
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    FSDPUnit& u = units_[ui];
+    if (ui > 0) dynamic_cast<HookedModule*>(u.module)->add_interceptor(std::make_shared<UnitInterceptor>(this, ui, alive_), 0);
+    for (auto& e : u.flat->entries()) {
+      if (!e.param.requires_grad()) continue;
+      accumulators_.push_back(add_grad_ready_hook(e.param, [this, ui, alive] {
+        if (alive.expired() || ui >= units_.size()) return;
+        if (units_[ui].grad_ready()) on_grads_ready(ui);
+      }));
+    }
+  }
+}
+
+std::vector<FSDPUnit> FSDPSchedule::uninstall() {
+  for (size_t ui = 1; ui < units_.size(); ++ui)
+    if (auto* h = dynamic_cast<HookedModule*>(units_[ui].module)) h->remove_interceptors("fsdp");
+  alive_ = std::make_shared<bool>(true);  // the old token expires: leftover hooks do nothing
+  accumulators_.clear();
+  forward_order_.clear();
+  current_order_.clear();
+  return std::move(units_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// forward
+
+bool FSDPSchedule::may_prefetch() const {
+  if (!options_.limit_all_gathers) return true;
+  // At most two non-root units' parameters in flight (gathered or being gathered).
+  int in_flight = 0;
+  for (size_t i = 1; i < units_.size(); ++i)
+    if (units_[i].flat->state() != UnitState::Sharded) ++in_flight;
+  return in_flight < 2;
+}
+
+void FSDPSchedule::prefetch_backward(size_t ui) {
+  // The unit whose backward comes next: the one that ran just before `ui` in this step's forward.
+  if (!may_prefetch()) return;
+  auto it = std::find(current_order_.begin(), current_order_.end(), ui);
+  if (it == current_order_.end() || it == current_order_.begin()) return;
+  units_[*(it - 1)].flat->unshard_async(mesh_.shard_group());
+}
+
+void FSDPSchedule::prefetch_after(size_t ui, bool backward) {
+  if (!may_prefetch()) return;
+  if (backward) {
+    if (options_.backward_prefetch == BackwardPrefetch::BackwardPre) prefetch_backward(ui);
+    return;
+  }
+  if (!options_.forward_prefetch || forward_order_.empty()) return;
+  // The unit that ran after this one in the previous iteration.
+  auto it = std::find(forward_order_.begin(), forward_order_.end(), ui);
+  if (it == forward_order_.end() || it + 1 == forward_order_.end()) return;
+  units_[*(it + 1)].flat->unshard_async(mesh_.shard_group());
+}
+
+void FSDPSchedule::begin_training_step() {
+  current_order_.clear();
+  unshard(0);
+}
+
+void FSDPSchedule::with_root_gathered(const std::function<void()>& fn) {
+  unshard(0);
+  fn();
+  reshard(0);
+}
+
+void FSDPSchedule::pre_forward(size_t ui) {
+  unshard(ui);
+  if (torch::GradMode::is_enabled()) {
+    current_order_.push_back(ui);
+    units_[ui].state = TrainingState::Forward;
+  }
+  prefetch_after(ui, false);
+}
+
+void FSDPSchedule::post_forward(size_t ui, const torch::Tensor& out) {
+  const bool grad = torch::GradMode::is_enabled() && out.requires_grad();
+  if (grad) {
+    std::weak_ptr<bool> alive = alive_;
+    // Pre-backward: gather again (if freed) before this unit's backward runs, prefetch the next.
+    const_cast<torch::Tensor&>(out).register_hook([this, ui, alive](const torch::Tensor& g) {
+      if (!alive.expired() && ui < units_.size()) {
+        units_[ui].state = TrainingState::PreBackward;
+        unshard(ui);
+        prefetch_after(ui, true);
+      }
+      return g;
+    });
+  }
+  if (!grad || options_.free_after_forward) reshard(ui);
+}
+
+// ---------------------------------------------------------------------------------------------
+// backward
+
+void FSDPSchedule::on_grads_ready(size_t ui) {
+  FSDPUnit& u = units_[ui];
+  if (u.grads_handled()) return;
+  // Without sync (an accumulation micro-step) the full gradients stay in param.grad and
+  // accumulate; only the parameters are freed.
+  if (sync_)
+    u.flat->reduce_gradients(mesh_.shard_group(), mesh_.replicate_group(), options_.reduce_dtype,
+                             options_.world_size);
+  u.state = TrainingState::PostBackward;
+  // A unit with a frozen parameter stays gathered until finish_backward (see FSDPUnit::has_frozen).
+  if (ui != 0 && (!u.has_frozen || !in_backward_)) reshard(ui);
+  // BACKWARD_POST: the next unit's gather starts once this unit's gradients are done (less overlap
+  // than BACKWARD_PRE, one unit less in memory at the peak).
+  if (in_backward_ && options_.backward_prefetch == BackwardPrefetch::BackwardPost) prefetch_backward(ui);
+}
+
+void FSDPSchedule::backward(const torch::Tensor& loss, bool sync) {
+  sync_ = sync;
+  for (auto& u : units_) u.begin_backward();
+  in_backward_ = true;
+  try {
+    loss.backward();
+  } catch (...) {
+    in_backward_ = false;
+    sync_ = true;
+    throw;
+  }
+  in_backward_ = false;
+  finish_backward();
+  sync_ = true;
+}
+
+void FSDPSchedule::finish_backward() {
+  if (sync_) {
+    // Units some of whose parameters got no gradient (unused this step) and the root, in unit
+    // index order: the same order on every rank, so the collectives line up.
+    for (size_t i = 0; i < units_.size(); ++i)
+      if (!units_[i].grads_handled()) on_grads_ready(i);
+    // Offloaded gradient shards were copied to pinned host memory asynchronously: one wait for
+    // all of them before the optimizer (on the host) reads them.
+    if (std::any_of(units_.begin(), units_.end(), [](const FSDPUnit& u) { return u.flat->offloaded(); }))
+      torch::cuda::synchronize(options_.device.index());
+    for (auto& u : units_) u.flat->expose_slice_grads();
+  }
+  for (size_t i = 0; i < units_.size(); ++i) {
+    reshard(i);
+    units_[i].state = TrainingState::Idle;
+  }
+  forward_order_ = current_order_;
+}
+
+void FSDPSchedule::zero_grad() {
+  for (auto& u : units_) {
+    u.flat->shard_grad() = torch::Tensor();
+    for (auto& e : u.flat->entries()) e.param.mutable_grad() = torch::Tensor();
+  }
+}
+
+}  // namespace volt::detail

@@ -1,0 +1,96 @@
+#pragma once
+/// FSDPSchedule: when each FSDP unit gathers, frees and reduces, for one forward and backward.
+///
+/// Where things happen (a newcomer's map):
+///   all-gather before forward ........ UnitInterceptor::around -> pre_forward -> FlatParam::unshard
+///   free after forward (FULL_SHARD) .. post_forward -> FlatParam::reshard
+///   gather again before backward ..... the hook on the unit's output (pre-backward)
+///   reduce-scatter after backward .... grad-accumulator hooks -> on_grads_ready
+///                                      -> FlatParam::reduce_gradients
+///   prefetch ......................... prefetch_after (forward / backward order), may_prefetch
+///                                      (limit_all_gathers)
+///   end of backward .................. finish_backward: unused units and the root, in unit order
+///
+/// [Note: collective order] Every collective a rank issues must line up with the other ranks'. The
+/// forward order is the module's call order (the same on every rank); gradients become ready in
+/// reverse order on every rank; units that got no gradient are reduced at the end of backward in
+/// unit index order. Prefetches follow the previous step's order, which is the same everywhere.
+///
+/// Ownership: owns the units (units()[0] is the root) and the hooks it installs; borrows the mesh
+/// and the modules. The interceptors and hooks it leaves on modules hold only a weak token, so they
+/// turn into no-ops once the schedule is gone. Thread-safety: one training thread.
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "volt/strategies/fsdp/fsdp_mesh.h"
+#include "volt/strategies/fsdp/fsdp_unit.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace volt::detail {
+
+enum class BackwardPrefetch { BackwardPre, BackwardPost, None };
+
+struct FSDPScheduleOptions {
+  bool free_after_forward = true;  // FULL_SHARD / HYBRID_SHARD
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::BackwardPre;
+  bool forward_prefetch = false;
+  bool limit_all_gathers = true;
+  at::ScalarType reduce_dtype = at::kFloat;
+  int64_t world_size = 1;
+  torch::Device device = torch::kCPU;  // the compute device (waited on for offloaded gradients)
+};
+
+class FSDPSchedule {
+ public:
+  FSDPSchedule(FSDPScheduleOptions options, const FSDPMesh& mesh);
+  ~FSDPSchedule();
+  FSDPSchedule(const FSDPSchedule&) = delete;
+  FSDPSchedule& operator=(const FSDPSchedule&) = delete;
+
+  /// Takes over the units (index 0 is the root, whose module is not intercepted), installs an
+  /// interceptor around every other unit's forward and a gradient hook on every trainable parameter.
+  void install(std::vector<FSDPUnit> units);
+  /// Removes the interceptors and hooks and gives back the units (teardown).
+  std::vector<FSDPUnit> uninstall();
+  std::vector<FSDPUnit>& units() { return units_; }
+  const std::vector<FSDPUnit>& units() const { return units_; }
+
+  /// Before a training step's forward: gathers the root.
+  void begin_training_step();
+  /// Runs `fn` (an evaluation step) with the root gathered, freeing it afterwards.
+  void with_root_gathered(const std::function<void()>& fn);
+  /// loss.backward() with the units' gradient hooks; `sync` false on accumulation micro-steps (no
+  /// collective: full gradients stay in param.grad). On return every unit is resharded and, on a
+  /// sync step, holds its reduced shard gradient in its slices' .grad.
+  void backward(const torch::Tensor& loss, bool sync);
+  /// Drops every shard gradient and parameter gradient.
+  void zero_grad();
+
+ private:
+  friend class UnitInterceptor;
+  void pre_forward(size_t unit);
+  void post_forward(size_t unit, const torch::Tensor& output);
+  void on_grads_ready(size_t unit);
+  void finish_backward();
+  void prefetch_after(size_t unit, bool backward);
+  void prefetch_backward(size_t unit);
+  bool may_prefetch() const;
+  void unshard(size_t unit) { units_[unit].flat->unshard(mesh_.shard_group()); }
+  void reshard(size_t unit) { units_[unit].flat->reshard(); }
+
+  FSDPScheduleOptions options_;
+  const FSDPMesh& mesh_;
+  std::vector<FSDPUnit> units_;
+  std::vector<size_t> forward_order_;  // the previous step's forward order (for prefetching)
+  std::vector<size_t> current_order_;  // this step's so far
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the grad hooks alive
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  bool sync_ = true;
+  bool in_backward_ = false;
+};
+
+}  // namespace volt::detail
