@@ -65,24 +65,39 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
       return argv[++i];
     };
-    if (k == "--steps") a.steps = std::stoll(value());
-    else if (k == "--warmup") a.warmup = std::stoll(value());
-    else if (k == "--batch") a.batch = std::stoll(value());
-    else if (k == "--block") a.block = std::stoll(value());
-    else if (k == "--vocab") a.vocab = std::stoll(value());
-    else if (k == "--ninp") a.ninp = std::stoll(value());
-    else if (k == "--nhead") a.nhead = std::stoll(value());
-    else if (k == "--nhid") a.nhid = std::stoll(value());
-    else if (k == "--nlayers") a.nlayers = std::stoll(value());
-    else if (k == "--dropout") a.dropout = std::stod(value());
-    else if (k == "--lr") a.lr = std::stod(value());
-    else if (k == "--run") a.run = value();
-    else if (k == "--out") a.out = value();
-    else if (k.rfind("--", 0) == 0) throw std::invalid_argument("unknown option " + k);
+    if (k == "--steps")
+      a.steps = std::stoll(value());
+    else if (k == "--warmup")
+      a.warmup = std::stoll(value());
+    else if (k == "--batch")
+      a.batch = std::stoll(value());
+    else if (k == "--block")
+      a.block = std::stoll(value());
+    else if (k == "--vocab")
+      a.vocab = std::stoll(value());
+    else if (k == "--ninp")
+      a.ninp = std::stoll(value());
+    else if (k == "--nhead")
+      a.nhead = std::stoll(value());
+    else if (k == "--nhid")
+      a.nhid = std::stoll(value());
+    else if (k == "--nlayers")
+      a.nlayers = std::stoll(value());
+    else if (k == "--dropout")
+      a.dropout = std::stod(value());
+    else if (k == "--lr")
+      a.lr = std::stod(value());
+    else if (k == "--run")
+      a.run = value();
+    else if (k == "--out")
+      a.out = value();
+    else if (k.rfind("--", 0) == 0)
+      throw std::invalid_argument("unknown option " + k);
     else if (!have_dir) {
       a.data_dir = k;
       have_dir = true;
-    } else throw std::invalid_argument("unexpected argument " + k);
+    } else
+      throw std::invalid_argument("unexpected argument " + k);
   }
   if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.block < 2) throw std::invalid_argument("bad steps/sizes");
   if (!a.run.empty() && a.run != "off" && a.run != "on") throw std::invalid_argument("--run takes off or on");
@@ -253,21 +268,23 @@ int run_all(int argc, char** argv, const Args& a) {
   const double exp_on = 4 * (2 * L * e.layer_input + e.outside);
   auto mb = [](double b) { return b / 1e6; };
 
-  std::printf("\nActivation checkpointing on the CPU, single device, demo Transformer (vocab %lld, ninp %lld, nhead "
-              "%lld, nhid %lld, %lld+%lld layers, dropout %.2f): Ψ = %lld parameters, AdamW, fp32, batch %lld x block "
-              "%lld, median of %lld timed steps after %lld warm-up, %lld threads\n\n",
-              static_cast<long long>(any.vocab), static_cast<long long>(a.ninp), static_cast<long long>(a.nhead),
-              static_cast<long long>(a.nhid), static_cast<long long>(a.nlayers), static_cast<long long>(a.nlayers),
-              a.dropout, static_cast<long long>(any.params), static_cast<long long>(a.batch),
-              static_cast<long long>(a.block), static_cast<long long>(a.steps), static_cast<long long>(a.warmup),
-              static_cast<long long>(any.threads));
-  std::printf("Expected activations kept by forward (fp32, analytic): per encoder layer %.1f MB, per decoder layer "
-              "%.1f MB, x %lld each = %.1f MB; outside the layers (embedding dropout masks, final norms, log_softmax "
-              "output N x vocab) %.1f MB; with AC each layer keeps only its input, %.1f MB.\n\n",
-              mb(4 * e.enc), mb(4 * e.dec), static_cast<long long>(a.nlayers), mb(4 * L * (e.enc + e.dec)),
-              mb(4 * e.outside), mb(4 * e.layer_input));
-  std::printf("| AC | step (ms) | peak growth, training (MB) | growth - 12Ψ (MB) | step peak - step-start RSS (MB) | "
-              "activations kept by forward, measured (MB) | expected (MB) |\n");
+  std::printf(
+      "\nActivation checkpointing on the CPU, single device, demo Transformer (vocab %lld, ninp %lld, nhead "
+      "%lld, nhid %lld, %lld+%lld layers, dropout %.2f): Ψ = %lld parameters, AdamW, fp32, batch %lld x block "
+      "%lld, median of %lld timed steps after %lld warm-up, %lld threads\n\n",
+      static_cast<long long>(any.vocab), static_cast<long long>(a.ninp), static_cast<long long>(a.nhead),
+      static_cast<long long>(a.nhid), static_cast<long long>(a.nlayers), static_cast<long long>(a.nlayers), a.dropout,
+      static_cast<long long>(any.params), static_cast<long long>(a.batch), static_cast<long long>(a.block),
+      static_cast<long long>(a.steps), static_cast<long long>(a.warmup), static_cast<long long>(any.threads));
+  std::printf(
+      "Expected activations kept by forward (fp32, analytic): per encoder layer %.1f MB, per decoder layer "
+      "%.1f MB, x %lld each = %.1f MB; outside the layers (embedding dropout masks, final norms, log_softmax "
+      "output N x vocab) %.1f MB; with AC each layer keeps only its input, %.1f MB.\n\n",
+      mb(4 * e.enc), mb(4 * e.dec), static_cast<long long>(a.nlayers), mb(4 * L * (e.enc + e.dec)), mb(4 * e.outside),
+      mb(4 * e.layer_input));
+  std::printf(
+      "| AC | step (ms) | peak growth, training (MB) | growth - 12Ψ (MB) | step peak - step-start RSS (MB) | "
+      "activations kept by forward, measured (MB) | expected (MB) |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Row* r : {&off, &on}) {
     const char* name = r == &off ? "off" : "on";
@@ -278,16 +295,18 @@ int run_all(int argc, char** argv, const Args& a) {
     std::printf("| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", name, 1e3 * r->step_s, mb(r->growth),
                 mb(r->growth - 12 * psi), mb(r->step_peak), mb(r->kept), mb(r == &off ? exp_off : exp_on));
   }
-  std::printf("\nPeak growth: VmHWM over the training phase - RSS at on_train_start (activations + grads 4Ψ + AdamW "
-              "state 8Ψ + temporaries)%s. Step peak: VmHWM within a step - RSS at its start (weights and Adam state "
-              "resident; activations + grads + backward temporaries). Kept by forward: RSS before backward - RSS at "
-              "the step's start.\n",
-              off.reset_ok && on.reset_ok ? "" : " (peak reset refused by the kernel: peaks cover the whole process)");
+  std::printf(
+      "\nPeak growth: VmHWM over the training phase - RSS at on_train_start (activations + grads 4Ψ + AdamW "
+      "state 8Ψ + temporaries)%s. Step peak: VmHWM within a step - RSS at its start (weights and Adam state "
+      "resident; activations + grads + backward temporaries). Kept by forward: RSS before backward - RSS at "
+      "the step's start.\n",
+      off.reset_ok && on.reset_ok ? "" : " (peak reset refused by the kernel: peaks cover the whole process)");
   if (off.ok && on.ok)
-    std::printf("Ratios: activation memory (kept by forward) off/on %.2fx (target >= 3x; layers only, without the "
-                "%.0f MB outside them: %.2fx), step peak off/on %.2fx, step time on/off %.2fx (target <= 1.4).\n",
-                off.kept / on.kept, mb(4 * e.outside), (off.kept - 4 * e.outside) / (on.kept - 4 * e.outside),
-                off.step_peak / on.step_peak, on.step_s / off.step_s);
+    std::printf(
+        "Ratios: activation memory (kept by forward) off/on %.2fx (target >= 3x; layers only, without the "
+        "%.0f MB outside them: %.2fx), step peak off/on %.2fx, step time on/off %.2fx (target <= 1.4).\n",
+        off.kept / on.kept, mb(4 * e.outside), (off.kept - 4 * e.outside) / (on.kept - 4 * e.outside),
+        off.step_peak / on.step_peak, on.step_s / off.step_s);
   std::printf("Total wall time %.0f s.\n", std::chrono::duration<double>(Clock::now() - t_all).count());
   return 0;
 }

@@ -106,14 +106,22 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
       return argv[++i];
     };
-    if (k == "--params_mb") a.params_mb = std::stod(value());
-    else if (k == "--width") a.width = std::stoll(value());
-    else if (k == "--batch") a.batch = std::stoll(value());
-    else if (k == "--repeats") a.repeats = std::stoll(value());
-    else if (k == "--lr") a.lr = std::stod(value());
-    else if (k == "--dir") a.dir = value();
-    else if (k == "--cold") a.cold = true;
-    else if (k == "--results") a.results = value();
+    if (k == "--params_mb")
+      a.params_mb = std::stod(value());
+    else if (k == "--width")
+      a.width = std::stoll(value());
+    else if (k == "--batch")
+      a.batch = std::stoll(value());
+    else if (k == "--repeats")
+      a.repeats = std::stoll(value());
+    else if (k == "--lr")
+      a.lr = std::stod(value());
+    else if (k == "--dir")
+      a.dir = value();
+    else if (k == "--cold")
+      a.cold = true;
+    else if (k == "--results")
+      a.results = value();
     else if (k == "--worlds") {
       a.worlds.clear();
       for (const auto& w : bench::split_list(value())) a.worlds.push_back(std::stoll(w));
@@ -126,8 +134,10 @@ Args parse(int argc, char** argv) {
       a.run_format = value();
       if (i + 1 >= argc) throw std::invalid_argument("--run needs FORMAT WORLD");
       a.run_world = std::stoll(argv[++i]);
-    } else if (k == "--out") a.out = value();
-    else throw std::invalid_argument("unknown argument " + k);
+    } else if (k == "--out")
+      a.out = value();
+    else
+      throw std::invalid_argument("unknown argument " + k);
   }
   if (a.params_mb <= 0 || a.width < 1 || a.batch < 1 || a.repeats < 1) throw std::invalid_argument("bad sizes");
   for (int64_t w : a.worlds)
@@ -142,7 +152,8 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 /// Regular files at `path` (itself, or everything under it).
 std::vector<fs::path> files_of(const std::string& path) {
   std::vector<fs::path> out;
-  if (fs::is_regular_file(path)) out.emplace_back(path);
+  if (fs::is_regular_file(path))
+    out.emplace_back(path);
   else if (fs::is_directory(path))
     for (const auto& e : fs::directory_iterator(path))  // a sharded checkpoint is one level
       if (e.is_regular_file()) out.push_back(e.path());
@@ -372,10 +383,12 @@ int run_one(const Args& a) {
   t.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
   t.strategy.fsdp.state_dict_type = a.run_format;
 
-  const std::string path = a.dir + "/" + a.run_format + "_w" + std::to_string(world) + (a.run_format == "full" ? ".ckpt" : "");
+  const std::string path =
+      a.dir + "/" + a.run_format + "_w" + std::to_string(world) + (a.run_format == "full" ? ".ckpt" : "");
   torch::manual_seed(1);
   BlockStack model(a.width, a.layers(), a.lr);
-  DataLoader loader(std::make_shared<RandomInputs>(a.batch * world, a.width), DataLoaderOptions{a.batch, false, false, 0});
+  DataLoader loader(std::make_shared<RandomInputs>(a.batch * world, a.width),
+                    DataLoaderOptions{a.batch, false, false, 0});
   auto probe = std::make_shared<SaveLoad>(path, a.repeats, a.cold);
   Trainer trainer(t, {probe});
   trainer.fit(model, loader);
@@ -385,15 +398,14 @@ int run_one(const Args& a) {
                 .contiguous();
   auto mn = trainer.strategy().all_reduce(torch::tensor({probe->reset_ok ? 1.0 : 0.0}, torch::kDouble), ReduceOp::Min);
   const int64_t threads = torch::get_num_threads();
-  trainer.strategy().finalize();  // rank 0 of a self-launched job: waits for the other ranks
   if (trainer.global_rank() != 0) return 0;
 
   const double* v = mx.data_ptr<double>();
   std::ofstream out(a.out, std::ios::app);
   out.precision(17);
   out << a.run_format << ' ' << world << ' ' << threads << ' ' << a.params() << ' ' << probe->units << ' '
-      << probe->size << ' ' << bench::median(probe->save_s) << ' ' << bench::median(probe->load_s) << ' ' << v[0]
-      << ' ' << v[1] << ' ' << probe->cached << ' ' << mn.item<double>() << ' ' << probe->save_s.size() << '\n';
+      << probe->size << ' ' << bench::median(probe->save_s) << ' ' << bench::median(probe->load_s) << ' ' << v[0] << ' '
+      << v[1] << ' ' << probe->cached << ' ' << mn.item<double>() << ' ' << probe->save_s.size() << '\n';
   return out ? 0 : 1;
 }
 
@@ -491,16 +503,17 @@ int run_all(int argc, char** argv, const Args& a) {
     any = any || r.ok;
   }
 
-  std::printf("\nCheckpoint save / load on the CPU: %lld Linear(%lld, %lld) blocks + head, Ψ = %lld parameters "
-              "(%.0f MB fp32), Adam after 1 step (checkpoint ≈ 12Ψ = %.0f MB), FSDP FULL_SHARD, one unit per "
-              "block; %lld cores split among the ranks; median of %lld save(s) and load(s) per row; loads %s.\n\n",
-              static_cast<long long>(a.layers()), static_cast<long long>(a.width), static_cast<long long>(a.width),
-              static_cast<long long>(a.params()), mb(4 * psi), mb(ckpt_bytes),
-              static_cast<long long>(detail::available_cores()), static_cast<long long>(a.repeats),
-              a.cold ? "after evicting the checkpoint from the page cache (--cold)"
-                     : "right after the save (page cache warm)");
-  std::printf("| format | world | size MB | save s | save MB/s | %% of disk | load s | load MB/s | %% of read | "
-              "cached at load | save peak extra MB (max rank) | load peak extra MB (max rank) |\n");
+  std::printf(
+      "\nCheckpoint save / load on the CPU: %lld Linear(%lld, %lld) blocks + head, Ψ = %lld parameters "
+      "(%.0f MB fp32), Adam after 1 step (checkpoint ≈ 12Ψ = %.0f MB), FSDP FULL_SHARD, one unit per "
+      "block; %lld cores split among the ranks; median of %lld save(s) and load(s) per row; loads %s.\n\n",
+      static_cast<long long>(a.layers()), static_cast<long long>(a.width), static_cast<long long>(a.width),
+      static_cast<long long>(a.params()), mb(4 * psi), mb(ckpt_bytes),
+      static_cast<long long>(detail::available_cores()), static_cast<long long>(a.repeats),
+      a.cold ? "after evicting the checkpoint from the page cache (--cold)" : "right after the save (page cache warm)");
+  std::printf(
+      "| format | world | size MB | save s | save MB/s | %% of disk | load s | load MB/s | %% of read | "
+      "cached at load | save peak extra MB (max rank) | load peak extra MB (max rank) |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const auto& r : rows) {
     if (!r.ok) {
@@ -514,18 +527,21 @@ int run_all(int argc, char** argv, const Args& a) {
                 100 * save_bw / write_bw, r.load_s, mb(load_bw), 100 * load_bw / read_bw, 100 * r.cached,
                 mb(r.save_peak), mb(r.load_peak));
   }
-  std::printf("\nCeiling (%s%s, %.0f MB file): sequential write (write(2) in 8 MiB blocks + fsync) %.0f MB/s at the "
-              "start, %.0f MB/s at the end, %.0f MB/s counts as 100%% of disk. Sequential read: warm (page cache) "
-              "%.0f MB/s; after POSIX_FADV_DONTNEED %.0f MB/s (%.0f%% of the file still cached), %.0f MB/s counts as "
-              "100%% of read.\n",
-              dir.c_str(), tmpfs ? ", tmpfs: the \"disk\" is memory" : "", mb(ckpt_bytes), mb(c0.bytes / c0.write_s),
-              mb(c1.bytes / c1.write_s), mb(write_bw), mb(warm_bw), mb(cold_bw),
-              100 * std::max(c0.cold_resident, c1.cold_resident), mb(read_bw));
-  std::printf("Save includes the checkpoint's own fsyncs, renames and checksums (xxh64); load includes opening and "
-              "verifying the checkpoint and every byte read, and setting the optimizer state. Peak extra = VmHWM "
-              "after the operation - VmRSS before it (page cache not included)%s.\n",
-              reset_everywhere ? "" : "; the kernel refused to reset the peak on some rank, so those figures are "
-                                      "the process's whole-life peak minus RSS");
+  std::printf(
+      "\nCeiling (%s%s, %.0f MB file): sequential write (write(2) in 8 MiB blocks + fsync) %.0f MB/s at the "
+      "start, %.0f MB/s at the end, %.0f MB/s counts as 100%% of disk. Sequential read: warm (page cache) "
+      "%.0f MB/s; after POSIX_FADV_DONTNEED %.0f MB/s (%.0f%% of the file still cached), %.0f MB/s counts as "
+      "100%% of read.\n",
+      dir.c_str(), tmpfs ? ", tmpfs: the \"disk\" is memory" : "", mb(ckpt_bytes), mb(c0.bytes / c0.write_s),
+      mb(c1.bytes / c1.write_s), mb(write_bw), mb(warm_bw), mb(cold_bw),
+      100 * std::max(c0.cold_resident, c1.cold_resident), mb(read_bw));
+  std::printf(
+      "Save includes the checkpoint's own fsyncs, renames and checksums (xxh64); load includes opening and "
+      "verifying the checkpoint and every byte read, and setting the optimizer state. Peak extra = VmHWM "
+      "after the operation - VmRSS before it (page cache not included)%s.\n",
+      reset_everywhere ? ""
+                       : "; the kernel refused to reset the peak on some rank, so those figures are "
+                         "the process's whole-life peak minus RSS");
   std::printf("Total wall time %.0f s.\n", seconds_since(t_all));
   if (!any) {
     std::fprintf(stderr, "bench_checkpoint: no configuration produced results\n");

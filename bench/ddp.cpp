@@ -123,8 +123,8 @@ double allreduce_alone(ProcessGroup& pg, int64_t param_bytes, double bucket_cap_
   return median(times);
 }
 
-Result run(const std::string& label, demos::WikiText2Data& data, const demos::LanguageModelOptions& mopt,
-           int64_t steps, int64_t devices, int64_t threads, int64_t batch_size) {
+Result run(const std::string& label, demos::WikiText2Data& data, const demos::LanguageModelOptions& mopt, int64_t steps,
+           int64_t devices, int64_t threads, int64_t batch_size) {
   if (devices == 1) torch::set_num_threads(static_cast<int>(threads));  // DDP ranks: the launcher sets it
   torch::manual_seed(1);
   demos::LanguageModel model(mopt);
@@ -160,7 +160,6 @@ Result run(const std::string& label, demos::WikiText2Data& data, const demos::La
                    : median(lo) / static_cast<double>(r.processes);
   if (auto* ps = dynamic_cast<ParallelStrategy*>(&trainer.strategy()); ps && r.processes > 1)
     r.allreduce_alone_s = allreduce_alone(ps->process_group(), r.param_bytes, t.strategy.ddp.bucket_cap_mb);
-  trainer.strategy().finalize();  // rank 0 of a self-launched job: waits for rank 1
   return r;
 }
 
@@ -206,14 +205,16 @@ int main(int argc, char** argv) {
     const double psi = static_cast<double>(ddp.param_bytes);
     const double model = 2.0 * (ddp.processes - 1) / ddp.processes * psi;
     auto mb = [](double b) { return b / 1e6; };
-    std::printf("\nDDP vs 1 process, demo Transformer (ninp 200, nhid 200, 2+2 layers, vocab %lld), batch %lld x "
-                "block %lld per process, %lld timed steps after %lld warm-up, %lld cores\n\n",
-                static_cast<long long>(mopt.vocab_size), static_cast<long long>(dopt.batch_size),
-                static_cast<long long>(dopt.block_size), static_cast<long long>(ddp.steps),
-                static_cast<long long>(kWarmup), static_cast<long long>(cores));
-    std::printf("| run | processes x threads | global batch | median step (ms) | samples/s | backward + sync (ms) "
-                "| all-reduce alone (ms) | sent / rank / step (MB) | 2(N-1)/N·Ψ (MB) | sent / model | loopback / rank / "
-                "step (MB) |\n");
+    std::printf(
+        "\nDDP vs 1 process, demo Transformer (ninp 200, nhid 200, 2+2 layers, vocab %lld), batch %lld x "
+        "block %lld per process, %lld timed steps after %lld warm-up, %lld cores\n\n",
+        static_cast<long long>(mopt.vocab_size), static_cast<long long>(dopt.batch_size),
+        static_cast<long long>(dopt.block_size), static_cast<long long>(ddp.steps), static_cast<long long>(kWarmup),
+        static_cast<long long>(cores));
+    std::printf(
+        "| run | processes x threads | global batch | median step (ms) | samples/s | backward + sync (ms) "
+        "| all-reduce alone (ms) | sent / rank / step (MB) | 2(N-1)/N·Ψ (MB) | sent / model | loopback / rank / "
+        "step (MB) |\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (const auto& r : results) {
       const double m = r.processes > 1 ? 2.0 * (r.processes - 1) / r.processes * psi : 0.0;
@@ -224,21 +225,23 @@ int main(int argc, char** argv) {
       if (r.processes > 1) std::snprintf(alone, sizeof alone, "%.1f", r.allreduce_alone_s * 1e3);
       std::printf("| %s | %lld x %lld | %lld | %.1f | %.1f | %.1f | %s | %.2f | %.2f | %s | %s |\n", r.label.c_str(),
                   static_cast<long long>(r.processes), static_cast<long long>(r.threads),
-                  static_cast<long long>(r.global_batch), r.step_s * 1e3, r.global_batch / r.step_s,
-                  r.backward_s * 1e3, alone, mb(r.sent), mb(m), ratio, lo);
+                  static_cast<long long>(r.global_batch), r.step_s * 1e3, r.global_batch / r.step_s, r.backward_s * 1e3,
+                  alone, mb(r.sent), mb(m), ratio, lo);
     }
-    std::printf("\nΨ = %.2f MB (%lld fp32 parameters); ring all-reduce model: each rank sends 2(N-1)/N·Ψ = %.2f MB "
-                "per step for N = %lld.\n",
-                mb(psi), static_cast<long long>(ddp.param_bytes / 4), mb(model), static_cast<long long>(ddp.processes));
+    std::printf(
+        "\nΨ = %.2f MB (%lld fp32 parameters); ring all-reduce model: each rank sends 2(N-1)/N·Ψ = %.2f MB "
+        "per step for N = %lld.\n",
+        mb(psi), static_cast<long long>(ddp.param_bytes / 4), mb(model), static_cast<long long>(ddp.processes));
     if (results.size() > 1) {
       const Result& all = results.front();
       const Result& same = results[results.size() - 2];  // 1 process with a rank's threads
       std::printf("DDP throughput vs 1 process on all cores: %.2fx; vs 1 process with a rank's threads: %.2fx.\n",
                   (ddp.global_batch / ddp.step_s) / (all.global_batch / all.step_s),
                   (ddp.global_batch / ddp.step_s) / (same.global_batch / same.step_s));
-      std::printf("Exposed communication (DDP backward + sync - 1-process backward, same threads per process): "
-                  "%.1f ms per step, of %.1f ms all-reduce alone.\n",
-                  (ddp.backward_s - same.backward_s) * 1e3, ddp.allreduce_alone_s * 1e3);
+      std::printf(
+          "Exposed communication (DDP backward + sync - 1-process backward, same threads per process): "
+          "%.1f ms per step, of %.1f ms all-reduce alone.\n",
+          (ddp.backward_s - same.backward_s) * 1e3, ddp.allreduce_alone_s * 1e3);
     }
     return 0;
   } catch (const std::exception& e) {

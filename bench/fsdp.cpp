@@ -90,16 +90,26 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
       return argv[++i];
     };
-    if (k == "--steps") a.steps = std::stoll(value());
-    else if (k == "--warmup") a.warmup = std::stoll(value());
-    else if (k == "--batch") a.batch = std::stoll(value());
-    else if (k == "--block") a.block = std::stoll(value());
-    else if (k == "--vocab") a.vocab = std::stoll(value());
-    else if (k == "--ninp") a.ninp = std::stoll(value());
-    else if (k == "--nhead") a.nhead = std::stoll(value());
-    else if (k == "--nhid") a.nhid = std::stoll(value());
-    else if (k == "--nlayers") a.nlayers = std::stoll(value());
-    else if (k == "--lr") a.lr = std::stod(value());
+    if (k == "--steps")
+      a.steps = std::stoll(value());
+    else if (k == "--warmup")
+      a.warmup = std::stoll(value());
+    else if (k == "--batch")
+      a.batch = std::stoll(value());
+    else if (k == "--block")
+      a.block = std::stoll(value());
+    else if (k == "--vocab")
+      a.vocab = std::stoll(value());
+    else if (k == "--ninp")
+      a.ninp = std::stoll(value());
+    else if (k == "--nhead")
+      a.nhead = std::stoll(value());
+    else if (k == "--nhid")
+      a.nhid = std::stoll(value());
+    else if (k == "--nlayers")
+      a.nlayers = std::stoll(value());
+    else if (k == "--lr")
+      a.lr = std::stod(value());
     else if (k == "--worlds") {
       a.worlds.clear();
       for (const auto& w : bench::split_list(value())) a.worlds.push_back(std::stoll(w));
@@ -114,13 +124,17 @@ Args parse(int argc, char** argv) {
     } else if (k == "--run") {
       a.run_strategy = upper(value());
       a.run_world = std::stoll(value());
-    } else if (k == "--out") a.out = value();
-    else if (k == "--results") a.results = value();
-    else if (k.rfind("--", 0) == 0) throw std::invalid_argument("unknown option " + k);
+    } else if (k == "--out")
+      a.out = value();
+    else if (k == "--results")
+      a.results = value();
+    else if (k.rfind("--", 0) == 0)
+      throw std::invalid_argument("unknown option " + k);
     else if (!have_dir) {
       a.data_dir = k;
       have_dir = true;
-    } else throw std::invalid_argument("unexpected argument " + k);
+    } else
+      throw std::invalid_argument("unexpected argument " + k);
   }
   if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.block < 2) throw std::invalid_argument("bad steps/sizes");
   return a;
@@ -227,20 +241,18 @@ int run_one(const Args& a) {
   const double reset_ok = probe->peak_reset ? 1.0 : 0.0;
   // Max over ranks (min for "reset worked everywhere").
   auto mx = trainer.strategy().all_reduce(
-      torch::tensor({step_s, sent, whole_peak, whole_peak - base, train_peak, train_peak - base, base},
-                    torch::kDouble),
+      torch::tensor({step_s, sent, whole_peak, whole_peak - base, train_peak, train_peak - base, base}, torch::kDouble),
       ReduceOp::Max);
   auto mn = trainer.strategy().all_reduce(torch::tensor({reset_ok}, torch::kDouble), ReduceOp::Min);
   const int64_t threads = torch::get_num_threads();
-  trainer.strategy().finalize();  // rank 0 of a self-launched job: waits for the other ranks
   if (trainer.global_rank() != 0) return 0;
 
   const auto r = mx.contiguous();
   const double* v = r.data_ptr<double>();
   std::ofstream out(a.out, std::ios::app);
   out.precision(17);
-  out << a.run_strategy << ' ' << mopt.vocab_size << ' ' << world << ' ' << trainer.world_size() << ' ' << threads << ' ' << probe->params << ' '
-      << probe->largest_unit << ' ' << timed(probe->step).size();
+  out << a.run_strategy << ' ' << mopt.vocab_size << ' ' << world << ' ' << trainer.world_size() << ' ' << threads
+      << ' ' << probe->params << ' ' << probe->largest_unit << ' ' << timed(probe->step).size();
   for (int i = 0; i < 7; ++i) out << ' ' << v[i];
   out << ' ' << mn.item<double>() << '\n';
   return out ? 0 : 1;
@@ -313,8 +325,8 @@ int run_all(int argc, char** argv, const Args& a) {
   for (std::string line; std::getline(in, line);) {
     std::istringstream f(line);
     Row r;
-    f >> r.strategy >> r.vocab >> r.world >> r.processes >> r.threads >> r.params >> r.largest_unit >> r.steps >> r.step_s >>
-        r.sent >> r.peak >> r.growth >> r.train_peak >> r.train_growth >> r.base >> r.reset_ok;
+    f >> r.strategy >> r.vocab >> r.world >> r.processes >> r.threads >> r.params >> r.largest_unit >> r.steps >>
+        r.step_s >> r.sent >> r.peak >> r.growth >> r.train_peak >> r.train_growth >> r.base >> r.reset_ok;
     if (!f) continue;
     r.ok = true;
     for (auto& row : rows)
@@ -335,16 +347,18 @@ int run_all(int argc, char** argv, const Args& a) {
     if (r.ok && r.reset_ok < 0.5) reset_everywhere = false;
   auto mb = [](double b) { return b / 1e6; };
 
-  std::printf("\nFSDP vs DDP on the CPU, demo Transformer (vocab %lld, ninp %lld, nhead %lld, nhid %lld, %lld+%lld "
-              "layers): Ψ = %lld parameters (%.1f MB fp32), AdamW, fp32, batch %lld x block %lld per rank, median of "
-              "%lld timed steps after %lld warm-up, %lld cores (split among the ranks)\n\n",
-              static_cast<long long>(any->vocab), static_cast<long long>(a.ninp), static_cast<long long>(a.nhead),
-              static_cast<long long>(a.nhid), static_cast<long long>(a.nlayers), static_cast<long long>(a.nlayers),
-              static_cast<long long>(any->params), mb(4 * psi), static_cast<long long>(a.batch),
-              static_cast<long long>(a.block), static_cast<long long>(a.steps), static_cast<long long>(a.warmup),
-              static_cast<long long>(cores));
-  std::printf("| strategy | world | threads/rank | step (s) | peak RSS / rank (MB) | growth, whole fit (MB) | "
-              "growth, training (MB) | expected (MB) | training / expected | sent / rank / step (MB) | sent / 4Ψ |\n");
+  std::printf(
+      "\nFSDP vs DDP on the CPU, demo Transformer (vocab %lld, ninp %lld, nhead %lld, nhid %lld, %lld+%lld "
+      "layers): Ψ = %lld parameters (%.1f MB fp32), AdamW, fp32, batch %lld x block %lld per rank, median of "
+      "%lld timed steps after %lld warm-up, %lld cores (split among the ranks)\n\n",
+      static_cast<long long>(any->vocab), static_cast<long long>(a.ninp), static_cast<long long>(a.nhead),
+      static_cast<long long>(a.nhid), static_cast<long long>(a.nlayers), static_cast<long long>(a.nlayers),
+      static_cast<long long>(any->params), mb(4 * psi), static_cast<long long>(a.batch),
+      static_cast<long long>(a.block), static_cast<long long>(a.steps), static_cast<long long>(a.warmup),
+      static_cast<long long>(cores));
+  std::printf(
+      "| strategy | world | threads/rank | step (s) | peak RSS / rank (MB) | growth, whole fit (MB) | "
+      "growth, training (MB) | expected (MB) | training / expected | sent / rank / step (MB) | sent / 4Ψ |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const auto& r : rows) {
     if (!r.ok) {
@@ -354,20 +368,21 @@ int run_all(int argc, char** argv, const Args& a) {
     }
     const double e = expected_bytes(r);
     std::printf("| %s | %lld | %lld | %.2f | %.0f | %.0f | %.0f | %.0f | %.2f | %.1f | %.2f |\n", r.strategy.c_str(),
-                static_cast<long long>(r.world), static_cast<long long>(r.threads), r.step_s, mb(r.peak),
-                mb(r.growth), mb(r.train_growth), mb(e), r.train_growth / e, mb(r.sent), r.sent / (4 * psi));
+                static_cast<long long>(r.world), static_cast<long long>(r.threads), r.step_s, mb(r.peak), mb(r.growth),
+                mb(r.train_growth), mb(e), r.train_growth / e, mb(r.sent), r.sent / (4 * psi));
   }
   int64_t largest = 0;
   for (const auto& r : rows)
     if (r.ok) largest = std::max(largest, r.largest_unit);
-  std::printf("\nExpected (fp32 Adam, 16 bytes/param): DDP and NO_SHARD 16Ψ = %.0f MB; SHARD_GRAD_OP 4Ψ + 12Ψ/N; "
-              "FULL_SHARD 16Ψ/N + 4 x largest unit (%lld params unsharded = %.0f MB). Growth is over the RSS just "
-              "before the model is built (max over ranks); \"whole fit\" includes building the full model on every "
-              "rank before sharding, \"training\" is the peak from the first step on%s. Sent: ring model DDP / "
-              "NO_SHARD 2(N-1)/N·4Ψ, SHARD_GRAD_OP and FULL_SHARD (N-1)/N·4Ψ gathered + (N-1)/N·4Ψ "
-              "reduce-scattered (+ another (N-1)/N·4Ψ for FULL_SHARD's re-gather in backward).\n",
-              mb(16 * psi), static_cast<long long>(largest), mb(4.0 * static_cast<double>(largest)),
-              reset_everywhere ? "" : " (peak reset refused by the kernel: training = whole fit)");
+  std::printf(
+      "\nExpected (fp32 Adam, 16 bytes/param): DDP and NO_SHARD 16Ψ = %.0f MB; SHARD_GRAD_OP 4Ψ + 12Ψ/N; "
+      "FULL_SHARD 16Ψ/N + 4 x largest unit (%lld params unsharded = %.0f MB). Growth is over the RSS just "
+      "before the model is built (max over ranks); \"whole fit\" includes building the full model on every "
+      "rank before sharding, \"training\" is the peak from the first step on%s. Sent: ring model DDP / "
+      "NO_SHARD 2(N-1)/N·4Ψ, SHARD_GRAD_OP and FULL_SHARD (N-1)/N·4Ψ gathered + (N-1)/N·4Ψ "
+      "reduce-scattered (+ another (N-1)/N·4Ψ for FULL_SHARD's re-gather in backward).\n",
+      mb(16 * psi), static_cast<long long>(largest), mb(4.0 * static_cast<double>(largest)),
+      reset_everywhere ? "" : " (peak reset refused by the kernel: training = whole fit)");
 
   std::map<std::pair<std::string, int64_t>, const Row*> by;
   for (const auto& r : rows)
@@ -380,9 +395,11 @@ int run_all(int argc, char** argv, const Args& a) {
     const Row* fs = by.count({"FULL_SHARD", world}) ? by[{"FULL_SHARD", world}] : nullptr;
     const Row* ddp = by.count({"DDP", world}) ? by[{"DDP", world}] : nullptr;
     if (fs && base) {
-      std::snprintf(buf, sizeof buf, "%sFULL_SHARD world %lld / DDP world 1: training growth %.2fx (1/N = %.2f), "
-                    "step time %.2fx", ratios.empty() ? "" : "; ", static_cast<long long>(world),
-                    fs->train_growth / base->train_growth, 1.0 / static_cast<double>(world), fs->step_s / base->step_s);
+      std::snprintf(buf, sizeof buf,
+                    "%sFULL_SHARD world %lld / DDP world 1: training growth %.2fx (1/N = %.2f), "
+                    "step time %.2fx",
+                    ratios.empty() ? "" : "; ", static_cast<long long>(world), fs->train_growth / base->train_growth,
+                    1.0 / static_cast<double>(world), fs->step_s / base->step_s);
       ratios += buf;
     }
     if (fs && ddp) {

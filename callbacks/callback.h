@@ -1,7 +1,7 @@
 #pragma once
 /// Callbacks: self-contained additions to training (progress bar, early stopping, checkpointing).
 /// Every hook gets the Trainer and the module; callbacks keep their own state and may save it in
-/// checkpoints (state_dict / load_state_dict), keyed by state_key().
+/// checkpoints (state_dict / load_state_dict, the Stateful interface), keyed by state_key().
 ///
 /// Ownership: the Trainer holds callbacks as shared_ptrs. Thread-safety: hooks are called from the
 /// training thread only.
@@ -10,7 +10,8 @@
 
 #include <string>
 
-#include "volt/trainer/data.h"
+#include "volt/core/stateful.h"
+#include "volt/module/data.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -22,7 +23,7 @@ class Trainer;
 class LightningModule;
 struct CheckpointMeta;
 
-class Callback {
+class Callback : public Stateful {
  public:
   virtual ~Callback() = default;
   /// Identifies this callback's state in a checkpoint (default: its type name).
@@ -53,8 +54,9 @@ class Callback {
   /// The exception that is about to end fit (for cleanup); the Trainer rethrows it afterwards.
   virtual void on_exception(Trainer&, LightningModule&, const std::exception&) {}
 
-  virtual YAML::Node state_dict() const { return YAML::Node(YAML::NodeType::Map); }
-  virtual void load_state_dict(const YAML::Node& state) {}
+  /// Saved under meta["callbacks"][state_key()] (not with weights_only); empty by default.
+  YAML::Node state_dict() const override { return YAML::Node(YAML::NodeType::Map); }
+  void load_state_dict(const YAML::Node& state) override {}
 };
 
 }  // namespace volt

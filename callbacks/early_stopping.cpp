@@ -11,13 +11,26 @@
 namespace volt {
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
-  VOLT_CHECK(options_.mode == "min" || options_.mode == "max", ConfigError, "EarlyStopping.mode: expected 'min' or 'max'");
+  VOLT_CHECK(options_.mode == "min" || options_.mode == "max", ConfigError,
+             "EarlyStopping.mode: expected 'min' or 'max'");
   VOLT_CHECK(options_.patience >= 0, ConfigError, "EarlyStopping.patience: must be >= 0");
   best_ = options_.mode == "min" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
 }
 
 void EarlyStopping::on_validation_end(Trainer& t, LightningModule&) {
   if (t.sanity_checking()) return;
+  validated_this_epoch_ = true;
+  check(t);
+}
+
+void EarlyStopping::on_train_epoch_start(Trainer&, LightningModule&) { validated_this_epoch_ = false; }
+
+void EarlyStopping::on_train_epoch_end(Trainer& t, LightningModule&) {
+  // Only when the monitor exists here: a validation metric is checked when validation runs.
+  if (!validated_this_epoch_ && t.callback_metrics().count(options_.monitor)) check(t);
+}
+
+void EarlyStopping::check(Trainer& t) {
   auto it = t.callback_metrics().find(options_.monitor);
   if (it == t.callback_metrics().end()) {
     VOLT_CHECK(!options_.strict, ConfigError, "EarlyStopping: monitor '", options_.monitor,

@@ -1,6 +1,7 @@
 #pragma once
 /// EarlyStopping: stops fit when `monitor` has not improved by `min_delta` for `patience`
-/// validation checks, as Lightning's. All ranks agree on the decision. State is checkpointed.
+/// validation checks (without validation in an epoch: at its end, on a training metric), as
+/// Lightning's. All ranks agree on the decision. State is checkpointed.
 #include "volt/callbacks/callback.h"
 
 namespace volt {
@@ -19,6 +20,11 @@ class EarlyStopping : public Callback {
   explicit EarlyStopping(EarlyStoppingOptions options);
   std::string state_key() const override { return "EarlyStopping{monitor=" + options_.monitor + "}"; }
   void on_validation_end(Trainer&, LightningModule&) override;
+  /// Without a validation run in this epoch (no validation loader, or none due this epoch), the
+  /// check runs at the end of the training epoch if the monitor was logged (a training metric),
+  /// as Lightning's does.
+  void on_train_epoch_start(Trainer&, LightningModule&) override;
+  void on_train_epoch_end(Trainer&, LightningModule&) override;
   YAML::Node state_dict() const override;
   void load_state_dict(const YAML::Node& state) override;
   int64_t wait_count() const { return wait_count_; }
@@ -30,6 +36,8 @@ class EarlyStopping : public Callback {
   double best_;
   int64_t wait_count_ = 0;
   int64_t stopped_epoch_ = -1;
+  bool validated_this_epoch_ = false;
+  void check(Trainer& t);
 };
 
 }  // namespace volt

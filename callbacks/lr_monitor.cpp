@@ -16,9 +16,12 @@ void LearningRateMonitor::log_lrs(Trainer& t, LightningModule& m) {
   auto* opt = t.optimizer();
   if (!opt) return;
   std::string name = "lr-Optimizer";
-  if (dynamic_cast<torch::optim::Adam*>(opt)) name = "lr-Adam";
-  else if (dynamic_cast<torch::optim::AdamW*>(opt)) name = "lr-AdamW";
-  else if (dynamic_cast<torch::optim::SGD*>(opt)) name = "lr-SGD";
+  if (dynamic_cast<torch::optim::Adam*>(opt))
+    name = "lr-Adam";
+  else if (dynamic_cast<torch::optim::AdamW*>(opt))
+    name = "lr-AdamW";
+  else if (dynamic_cast<torch::optim::SGD*>(opt))
+    name = "lr-SGD";
   const auto& groups = opt->param_groups();
   for (size_t i = 0; i < groups.size(); ++i) {
     LogOptions o;

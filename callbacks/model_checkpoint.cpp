@@ -1,9 +1,10 @@
 #include "volt/callbacks/model_checkpoint.h"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
-
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -51,18 +52,21 @@ std::pair<bool, double> monitored_on_rank0(Trainer& t, const std::string& monito
 }  // namespace
 
 void ModelCheckpointOptions::validate() const {
-  VOLT_CHECK(mode == "min" || mode == "max", ConfigError, "ModelCheckpoint.mode: expected 'min' or 'max', got '", mode, "'");
+  detail::check_checkpoint_filename(filename);
+  VOLT_CHECK(mode == "min" || mode == "max", ConfigError, "ModelCheckpoint.mode: expected 'min' or 'max', got '", mode,
+             "'");
   VOLT_CHECK(save_top_k >= -1, ConfigError, "ModelCheckpoint.save_top_k: must be >= -1, got ", save_top_k);
   VOLT_CHECK(every_n_train_steps >= 0 && every_n_epochs >= 0, ConfigError,
              "ModelCheckpoint: every_n_train_steps and every_n_epochs must be >= 0");
-  VOLT_CHECK(!(save_top_k > 1 && monitor.empty()), ConfigError,
-             "ModelCheckpoint: save_top_k=", save_top_k, " needs a monitor to rank checkpoints");
+  VOLT_CHECK(!(save_top_k > 1 && monitor.empty()), ConfigError, "ModelCheckpoint: save_top_k=", save_top_k,
+             " needs a monitor to rank checkpoints");
 }
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) { options_.validate(); }
 
 std::string ModelCheckpoint::dir(const Trainer& t) const {
-  return options_.dirpath.empty() ? (fs::path(t.options().default_root_dir) / "checkpoints").string() : options_.dirpath;
+  return options_.dirpath.empty() ? (fs::path(t.options().default_root_dir) / "checkpoints").string()
+                                  : options_.dirpath;
 }
 
 std::string ModelCheckpoint::last_model_path_on_disk(const Trainer& t) const {
@@ -70,33 +74,115 @@ std::string ModelCheckpoint::last_model_path_on_disk(const Trainer& t) const {
   return fs::exists(p) ? p : std::string();
 }
 
-void ModelCheckpoint::setup(Trainer& t, LightningModule&, const std::string&) {
+namespace {
+/// "<name>.tmp.<pid>" of a process that no longer runs: what an interrupted atomic write left.
+bool stale_temp(const std::string& name) {
+  const auto at = name.rfind(".tmp.");
+  if (at == std::string::npos) return false;
+  const std::string pid = name.substr(at + 5);
+  if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return false;
+  return ::kill(static_cast<pid_t>(std::stoll(pid)), 0) != 0 && errno == ESRCH;
+}
+
+/// Rank 0's part of setup: lock, clean, warn. Returns "" or the reason the run cannot use `d`.
+std::string prepare_dir(const std::string& d, detail::FileLock& lock) {
+  std::error_code ec;
+  fs::create_directories(d, ec);
+  if (ec) return "cannot create the checkpoint folder '" + d + "': " + ec.message();
+  const std::string held = lock.try_lock(d);
+  if (!held.empty())
+    return "another run is writing checkpoints to '" + d + "' (its lock is " + held +
+           "); give this run its own trainer.default_root_dir (or ModelCheckpoint.dirpath)";
+  bool earlier = false;
+  for (const auto& e : fs::directory_iterator(d, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0) {
+      spdlog::warn("Removing '{}': an interrupted save left it (the checkpoint it was replacing is intact)",
+                   e.path().string());
+      detail::remove_tree(e.path().string());
+    } else if (stale_temp(name)) {
+      spdlog::warn("Removing '{}': an interrupted save left it", e.path().string());
+      detail::remove_tree(e.path().string());
+    } else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".ckpt") == 0) {
+      earlier = true;
+    }
+  }
+  if (earlier)
+    spdlog::warn(
+        "Checkpoint folder '{}' already holds checkpoints of an earlier run; this run replaces those of the "
+        "same name (last.ckpt among them)",
+        d);
+  return {};
+}
+}  // namespace
+
+void ModelCheckpoint::setup(Trainer& t, LightningModule&, const std::string& stage) {
   last_time_save_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (stage != "fit") return;
+  // Rank 0 decides; every rank learns the outcome, so all fail together rather than some waiting.
+  const std::string error = from_rank0(t, t.is_global_zero() ? prepare_dir(dir(t), lock_) : std::string());
+  VOLT_CHECK(error.empty(), CheckpointError, error);
+}
+
+void ModelCheckpoint::teardown(Trainer&, LightningModule&, const std::string&) { lock_.unlock(); }
+
+void ModelCheckpoint::on_exception(Trainer&, LightningModule&, const std::exception&) { lock_.unlock(); }
+
+namespace {
+const std::regex& filename_field() {
+  static const std::regex field(R"(\{([A-Za-z0-9_/]+)(:[^}]*)?\})");
+  return field;
+}
+
+/// Python's format spec for numbers, the subset filenames use: [0][width][.precision][type], type one
+/// of d f e E g G (e.g. "02d", ".2f", "8.3e"). Returns the printf conversion for a double ("" if
+/// `spec` is not of that form). Integers ("d", or no type for epoch and step) print without decimals.
+std::string printf_spec(const std::string& spec, bool integer) {
+  static const std::regex form(R"(^(0?)([0-9]{0,3})(\.[0-9]{1,2})?([dfeEgG]?)$)");
+  std::smatch m;
+  if (!std::regex_match(spec, m, form)) return {};
+  std::string type = m[4];
+  if (type.empty()) type = integer ? "d" : (m[3].matched ? "f" : "");
+  if (type == "d") return m[3].matched ? std::string() : "%" + std::string(m[1]) + std::string(m[2]) + ".0f";
+  if (type.empty()) return "%" + std::string(m[1]) + std::string(m[2]) + ".4f";
+  return "%" + std::string(m[1]) + std::string(m[2]) + std::string(m[3]) + type;
+}
+}  // namespace
+
+void detail::check_checkpoint_filename(const std::string& filename) {
+  for (auto it = std::sregex_iterator(filename.begin(), filename.end(), filename_field()); it != std::sregex_iterator();
+       ++it) {
+    const std::string key = (*it)[1];
+    if (!(*it)[2].matched) continue;
+    const std::string spec = std::string((*it)[2]).substr(1);
+    VOLT_CHECK(!printf_spec(spec, key == "epoch" || key == "step").empty(), ConfigError,
+               "ModelCheckpoint.filename: unsupported format spec '", spec, "' for '", key,
+               "'; use [0][width][.precision][type] with type d, f, e or g (e.g. {epoch:02d}, {val_loss:.2f})");
+  }
 }
 
 std::string ModelCheckpoint::format_name(const Trainer& t) const {
   // "{epoch}-{step}-{val_loss:.2f}" -> "epoch=3-step=120-val_loss=0.53", as Lightning.
   std::string out;
-  static const std::regex field(R"(\{([A-Za-z0-9_/]+)(:[^}]*)?\})");
-  auto begin = std::sregex_iterator(options_.filename.begin(), options_.filename.end(), field);
   size_t last = 0;
-  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(options_.filename.begin(), options_.filename.end(), filename_field());
+       it != std::sregex_iterator(); ++it) {
     out += options_.filename.substr(last, it->position() - last);
     const std::string key = (*it)[1];
     const std::string spec = (*it)[2].matched ? std::string((*it)[2]).substr(1) : std::string();
-    char buf[64];
-    if (key == "epoch" || key == "step") {
-      const long long v = key == "epoch" ? t.current_epoch() : t.global_step();
-      // "{epoch:02d}" -> "%02lld"
-      const std::string f = spec.empty() ? "%lld" : "%" + spec.substr(0, spec.size() - 1) + "lld";
-      std::snprintf(buf, sizeof buf, f.c_str(), v);
+    const bool integer = key == "epoch" || key == "step";
+    double v = NAN;
+    if (integer) {
+      v = static_cast<double>(key == "epoch" ? t.current_epoch() : t.global_step());
     } else {
       auto m = t.callback_metrics().find(key);
-      const std::string f = spec.empty() ? "%.4f" : "%" + spec;
-      std::snprintf(buf, sizeof buf, f.c_str(), m == t.callback_metrics().end() ? NAN : m->second);
+      if (m != t.callback_metrics().end()) v = m->second;
     }
-    const std::string value = buf;
-    out += key + "=" + value;
+    // The spec was checked at construction (check_checkpoint_filename): only numeric conversions.
+    const std::string f = spec.empty() ? (integer ? "%.0f" : "%.4f") : printf_spec(spec, integer);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f.c_str(), v);
+    out += key + "=" + buf;
     last = it->position() + it->length();
   }
   out += options_.filename.substr(last);
@@ -147,8 +233,8 @@ void ModelCheckpoint::save_last(Trainer& t) {
 }
 
 void ModelCheckpoint::on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor&, const Batch&, int64_t) {
-  bool due = options_.every_n_train_steps > 0 && t.global_step() > 0 &&
-             t.global_step() % options_.every_n_train_steps == 0;
+  bool due =
+      options_.every_n_train_steps > 0 && t.global_step() > 0 && t.global_step() % options_.every_n_train_steps == 0;
   if (options_.train_time_interval > 0) {
     const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     // Every rank must agree, or some would enter the collective save and others not.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "volt/callbacks/callback.h"
+#include "volt/core/files.h"
 #include "volt/core/options.h"
 
 namespace volt {
@@ -39,7 +40,12 @@ class ModelCheckpoint : public Callback {
   explicit ModelCheckpoint(ModelCheckpointOptions options = {});
   std::string state_key() const override { return "ModelCheckpoint"; }
 
+  /// In fit, rank 0 locks the checkpoint folder for this run (a second run writing there fails at
+  /// once), removes what an interrupted save left (`*.partial` folders,
+  /// `*.tmp.<pid>` files of dead processes) and warns when the folder holds an earlier run's files.
   void setup(Trainer&, LightningModule&, const std::string& stage) override;
+  void teardown(Trainer&, LightningModule&, const std::string& stage) override;
+  void on_exception(Trainer&, LightningModule&, const std::exception&) override;
   void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor&, const Batch&, int64_t) override;
   void on_train_epoch_end(Trainer&, LightningModule&) override;
   void on_validation_end(Trainer&, LightningModule&) override;
@@ -66,6 +72,13 @@ class ModelCheckpoint : public Callback {
   std::string last_model_path_;
   int64_t last_saved_step_ = -1;
   double last_time_save_ = 0;
+  detail::FileLock lock_;  // rank 0, during fit
 };
+
+namespace detail {
+/// Checks every `{key:spec}` of a ModelCheckpoint filename: the spec must be a numeric format
+/// ([0][width][.precision][d|f|e|g]); ConfigError naming the field otherwise.
+void check_checkpoint_filename(const std::string& filename);
+}  // namespace detail
 
 }  // namespace volt

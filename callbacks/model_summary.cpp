@@ -14,10 +14,14 @@ namespace {
 std::string human(int64_t n) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(1);
-  if (n >= 1000000000) os << n / 1e9 << " B";
-  else if (n >= 1000000) os << n / 1e6 << " M";
-  else if (n >= 1000) os << n / 1e3 << " K";
-  else os << n << "  ";
+  if (n >= 1000000000)
+    os << n / 1e9 << " B";
+  else if (n >= 1000000)
+    os << n / 1e6 << " M";
+  else if (n >= 1000)
+    os << n / 1e3 << " K";
+  else
+    os << n << "  ";
   return os.str();
 }
 int64_t count(const torch::nn::Module& m, bool trainable_only) {
@@ -46,7 +50,9 @@ std::string ModelSummary::summarize(const torch::nn::Module& module, int64_t max
     wt = std::max(wt, r.type.size());
   }
   std::ostringstream os;
-  os << "  | " << std::left << std::setw(wn) << "Name" << " | " << std::setw(wt) << "Type" << " | Params\n";
+  os << "  | " << std::left << std::setw(wn) << "Name"
+     << " | " << std::setw(wt) << "Type"
+     << " | Params\n";
   os << std::string(wn + wt + 20, '-') << '\n';
   for (size_t i = 0; i < rows.size(); ++i)
     os << std::right << std::setw(2) << i << "| " << std::left << std::setw(wn) << rows[i].name << " | "
@@ -58,7 +64,8 @@ std::string ModelSummary::summarize(const torch::nn::Module& module, int64_t max
   os << std::left << std::setw(10) << human(trainable) << "Trainable params\n"
      << std::setw(10) << human(total - trainable) << "Non-trainable params\n"
      << std::setw(10) << human(total) << "Total params\n"
-     << std::fixed << std::setprecision(3) << std::setw(10) << bytes / 1e6 << "Total estimated model params size (MB)\n";
+     << std::fixed << std::setprecision(3) << std::setw(10) << bytes / 1e6
+     << "Total estimated model params size (MB)\n";
   return os.str();
 }
 

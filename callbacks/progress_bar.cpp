@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <sstream>
 #include <iomanip>
+#include <sstream>
 
 #include "volt/trainer/trainer.h"
 
@@ -29,7 +29,8 @@ void ProgressBar::on_train_epoch_start(Trainer& t, LightningModule&) {
   last_printed_decile_ = -1;
 }
 
-void ProgressBar::on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor& loss, const Batch&, int64_t idx) {
+void ProgressBar::on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor& loss, const Batch&,
+                                     int64_t idx) {
   if (!t.is_global_zero()) return;
   if (start_batch_ < 0) start_batch_ = idx;
   last_loss_ = loss.item<double>();

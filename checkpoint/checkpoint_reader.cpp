@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "volt/checkpoint/manifest.h"
 #include "volt/core/errors.h"
 
 namespace volt {
@@ -27,8 +28,9 @@ CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
   try {
     open();
   } catch (const YAML::Exception& e) {
-    throw CheckpointError(detail::str_cat("checkpoint '", path_, "': its manifest or index lacks a field or is malformed (",
-                                          e.what(), "); it is damaged or not a volt checkpoint"));
+    throw CheckpointError(detail::str_cat("checkpoint '", path_,
+                                          "': its manifest or index lacks a field or is malformed (", e.what(),
+                                          "); it is damaged or not a volt checkpoint"));
   } catch (const std::filesystem::filesystem_error& e) {
     throw CheckpointError(detail::str_cat("checkpoint '", path_, "': ", e.what()));
   }
@@ -43,57 +45,33 @@ void CheckpointReader::open() {
                "' is a folder without manifest.yaml: not a sharded volt checkpoint");
     VOLT_CHECK(fs::exists(dir / kCompleteMarker), CheckpointError, "sharded checkpoint '", path_,
                "' is incomplete: no COMPLETE marker (its save did not finish); resume from an earlier one");
-    const std::string text = read_text(dir / kManifestFile);
-    YAML::Node marker, m;
-    try {
-      marker = YAML::Load(read_text(dir / kCompleteMarker));
-      const std::string sum = detail::hex64(detail::xxh64(text.data(), text.size()));
-      VOLT_CHECK(marker["manifest_xxh64"] && marker["manifest_xxh64"].as<std::string>() == sum, CheckpointError,
-                 "sharded checkpoint '", path_, "': manifest.yaml does not match its checksum in COMPLETE (corrupted or edited)");
-      m = YAML::Load(text);
-    } catch (const YAML::Exception& e) {
-      throw CheckpointError(detail::str_cat("sharded checkpoint '", path_, "': unreadable manifest or marker: ", e.what()));
-    }
-    VOLT_CHECK(m["format"] && m["format"].as<std::string>() == "volt-sharded", CheckpointError, "'", path_,
-               "/manifest.yaml' is not a volt sharded manifest");
-    const int64_t fv = m["format_version"].as<int64_t>();
-    VOLT_CHECK(fv == kCheckpointFormatVersion, CheckpointError, "sharded checkpoint '", path_, "' has format version ",
-               fv, "; this volt reads version ", kCheckpointFormatVersion);
-    world_size_ = m["world_size"].as<int64_t>();
-    VOLT_CHECK(marker["world_size"].as<int64_t>() == world_size_, CheckpointError, "sharded checkpoint '", path_,
-               "': COMPLETE and manifest.yaml disagree on the world size");
-    const auto files = m["files"].as<std::vector<std::string>>();
-    VOLT_CHECK(static_cast<int64_t>(files.size()) == world_size_, CheckpointError, "sharded checkpoint '", path_,
-               "': the manifest lists ", files.size(), " files for a world of ", world_size_);
+    const detail::Manifest m =
+        detail::decode_manifest(read_text(dir / kManifestFile), read_text(dir / kCompleteMarker), path_);
+    world_size_ = m.world_size;
     for (int64_t r = 0; r < world_size_; ++r) {
-      const fs::path f = dir / files[static_cast<size_t>(r)];
+      const fs::path f = dir / m.files[static_cast<size_t>(r)];
       VOLT_CHECK(fs::exists(f), CheckpointError, "sharded checkpoint '", path_, "' is missing the shard file '",
                  f.string(), "' of rank ", r, " (of ", world_size_, ")");
       files_.push_back(std::make_unique<ArchiveReader>(f.string()));
+      const YAML::Node& fm = files_.back()->meta();
+      VOLT_CHECK(
+          fm["save_id"] && fm["save_id"].as<std::string>() == m.save_id && fm["rank"] && fm["rank"].as<int64_t>() == r,
+          CheckpointError, "sharded checkpoint '", path_, "': the file of rank ", r, " ('", f.string(),
+          "') belongs to another save (step ", fm["global_step"] ? fm["global_step"].as<std::string>() : "?", ", not ",
+          m.global_step, "); the folder mixes two saves: resume from another checkpoint");
     }
-    epoch_ = m["epoch"].as<int64_t>();
-    global_step_ = m["global_step"].as<int64_t>();
-    meta_ = m["checkpoint"] ? m["checkpoint"] : YAML::Node(YAML::NodeType::Map);
-    if (m["tensors"])
-      for (const auto& sec : m["tensors"])
-        for (const auto& kv : sec.second) {
-          const std::string section = sec.first.as<std::string>(), name = kv.first.as<std::string>();
-          ShardedTensor t;
-          t.dtype = dtype_from_name(kv.second["dtype"].as<std::string>(), "sharded checkpoint '" + path_ + "'");
-          t.shape = kv.second["shape"].as<std::vector<int64_t>>();
-          t.numel = 1;
-          for (auto d : t.shape) t.numel *= d;
-          for (const auto& p : kv.second["pieces"]) {
-            ShardedTensor::Piece piece{p[0].as<int64_t>(), p[1].as<int64_t>(), p[2].as<int64_t>()};
-            VOLT_CHECK(piece.rank >= 0 && piece.rank < world_size_, CheckpointError, "sharded checkpoint '", path_,
-                       "': tensor '", section, "/", name, "' has a piece on rank ", piece.rank);
-            const ArchiveTensor* a = files_[static_cast<size_t>(piece.rank)]->find(section, name);
-            VOLT_CHECK(a != nullptr && a->numel == piece.length && a->dtype == t.dtype, CheckpointError,
-                       "sharded checkpoint '", path_, "': shard file '", files_[static_cast<size_t>(piece.rank)]->path(),
-                       "' lacks the piece of '", section, "/", name, "' the manifest lists (or it has another size)");
-            t.pieces.push_back(piece);
-          }
-          manifest_[section][name] = std::move(t);
+    epoch_ = m.epoch;
+    global_step_ = m.global_step;
+    meta_ = m.meta;
+    manifest_ = m.tensors;
+    // Every listed piece must be in its rank's file, with the listed size and dtype.
+    for (const auto& [section, by_name] : manifest_)
+      for (const auto& [name, t] : by_name)
+        for (const auto& piece : t.pieces) {
+          const ArchiveTensor* a = files_[static_cast<size_t>(piece.rank)]->find(section, name);
+          VOLT_CHECK(a != nullptr && a->numel == piece.length && a->dtype == t.dtype, CheckpointError,
+                     "sharded checkpoint '", path_, "': shard file '", files_[static_cast<size_t>(piece.rank)]->path(),
+                     "' lacks the piece of '", section, "/", name, "' the manifest lists (or it has another size)");
         }
   } else {
     format_ = "full";
@@ -101,7 +79,8 @@ void CheckpointReader::open() {
     const YAML::Node& im = files_[0]->meta();
     VOLT_CHECK(im["epoch"] && im["global_step"], CheckpointError, "checkpoint '", path_,
                "' lacks epoch/global_step: not a volt training checkpoint");
-    VOLT_CHECK(!im["rank"], CheckpointError, "'", path_, "' is one rank's file of a sharded checkpoint; load its folder '",
+    VOLT_CHECK(!im["rank"], CheckpointError, "'", path_,
+               "' is one rank's file of a sharded checkpoint; load its folder '",
                fs::path(path_).parent_path().string(), "' instead");
     epoch_ = im["epoch"].as<int64_t>();
     global_step_ = im["global_step"].as<int64_t>();

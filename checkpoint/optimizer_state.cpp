@@ -115,7 +115,8 @@ void optimizer_state_from_tensors(torch::optim::Optimizer& optimizer, const Name
       s->step(step()).sum(get("sum"));
       st[key] = std::move(s);
     } else {
-      throw CheckpointError(source + ": cannot restore this optimizer's state: volt restores Adam, AdamW, SGD, RMSprop and Adagrad");
+      throw CheckpointError(
+          source + ": cannot restore this optimizer's state: volt restores Adam, AdamW, SGD, RMSprop and Adagrad");
     }
   }
 }

@@ -17,16 +17,16 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 /// Every optimizer state field volt saves, in the order checkpoints list them ("step" is a 0-dim
 /// int64 tensor; the others have the parameter's shape).
 inline const std::vector<std::string>& optimizer_state_fields() {
-  static const std::vector<std::string> fields = {"step",      "exp_avg",         "exp_avg_sq", "max_exp_avg_sq",
-                                                  "momentum_buffer", "square_avg", "grad_avg",   "sum"};
+  static const std::vector<std::string> fields = {
+      "step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "square_avg", "grad_avg", "sum"};
   return fields;
 }
 
 /// Calls `fn(name, field, tensor)` for each state field of each of `params` that has state ("step" as
 /// a 0-dim int64 tensor), without copying: the tensors are the optimizer's own.
-void for_each_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTensors& params,
-                              const std::function<void(const std::string& name, const std::string& field,
-                                                       const torch::Tensor& value)>& fn);
+void for_each_optimizer_state(
+    torch::optim::Optimizer& optimizer, const NamedTensors& params,
+    const std::function<void(const std::string& name, const std::string& field, const torch::Tensor& value)>& fn);
 /// `params` pairs each tensor the optimizer holds with the name to save it under (copies).
 std::map<std::string, torch::Tensor> optimizer_state_to_tensors(torch::optim::Optimizer& optimizer,
                                                                 const NamedTensors& params);

@@ -4,9 +4,12 @@
 #include <stdio.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
+#include "volt/checkpoint/manifest.h"
 #include "volt/core/errors.h"
 #include "volt/core/files.h"
 
@@ -21,6 +24,13 @@ std::string shard_file_name(int64_t rank) {
 }
 
 namespace detail {
+
+std::string new_save_id() {
+  std::random_device rd;
+  const uint64_t bits = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                        static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return hex64(bits & ((uint64_t{1} << 48) - 1));
+}
 
 void swap_into_place(const std::string& src, const std::string& dst) {
   const fs::path parent = fs::path(dst).has_parent_path() ? fs::path(dst).parent_path() : fs::path(".");
@@ -49,8 +59,13 @@ void swap_into_place(const std::string& src, const std::string& dst) {
 
 }  // namespace detail
 
-ShardedCheckpointWriter::ShardedCheckpointWriter(std::string dir, int64_t rank, int64_t world_size, Agree agree)
-    : dir_(std::move(dir)), staging_(dir_ + ".partial"), rank_(rank), world_size_(world_size),
+ShardedCheckpointWriter::ShardedCheckpointWriter(std::string dir, int64_t rank, int64_t world_size, std::string save_id,
+                                                 Agree agree)
+    : dir_(std::move(dir)),
+      staging_(dir_ + ".partial"),
+      rank_(rank),
+      world_size_(world_size),
+      save_id_(std::move(save_id)),
       agree_(std::move(agree)) {
   std::string error;
   if (rank_ == 0) {
@@ -68,11 +83,17 @@ ShardedCheckpointWriter::ShardedCheckpointWriter(std::string dir, int64_t rank, 
   phase("opening the shard files", error);
 }
 
+ShardedCheckpointWriter::ShardedCheckpointWriter(std::string dir, int64_t rank, int64_t world_size, Agree agree)
+    : ShardedCheckpointWriter(std::move(dir), rank, world_size, detail::new_save_id(), std::move(agree)) {
+  VOLT_CHECK(world_size == 1, CheckpointError, "ShardedCheckpointWriter: a world of ", world_size,
+             " needs one save id shared by all ranks (the constructor that takes save_id)");
+}
+
 void ShardedCheckpointWriter::phase(const std::string& what, std::string error) {
   try {
     agree_(error, "saving sharded checkpoint '" + dir_ + "' (" + what + ")");
   } catch (...) {
-    file_.reset();  // removes this rank's temporary file
+    file_.reset();                                  // removes this rank's temporary file
     if (rank_ == 0) detail::remove_tree(staging_);  // the previous checkpoint at dir_ is untouched
     throw;
   }
@@ -96,6 +117,7 @@ void ShardedCheckpointWriter::commit(const CheckpointHeader& header, const std::
   YAML::Node meta = detail::checkpoint_index_meta(header);
   meta["rank"] = rank_;
   meta["world_size"] = world_size_;
+  meta["save_id"] = save_id_;
   if (error.empty()) try {
       file_->commit(fields, meta);
     } catch (const std::exception& e) {
@@ -103,40 +125,14 @@ void ShardedCheckpointWriter::commit(const CheckpointHeader& header, const std::
     }
   phase("writing the shard files", error);
   if (rank_ == 0) try {
-    YAML::Node m(YAML::NodeType::Map);
-    m["format"] = "volt-sharded";
-    m["format_version"] = kCheckpointFormatVersion;
-    m["world_size"] = world_size_;
-    for (int64_t r = 0; r < world_size_; ++r) m["files"].push_back(shard_file_name(r));
-    m["epoch"] = header.epoch;
-    m["global_step"] = header.global_step;
-    m["checkpoint"] = YAML::Clone(header.meta);
-    for (const auto& [section, tensors] : manifest_)
-      for (const auto& [name, t] : tensors) {
-        YAML::Node n(YAML::NodeType::Map);
-        n["dtype"] = dtype_name(t.dtype);
-        n["shape"] = YAML::Node(YAML::NodeType::Sequence);
-        for (auto d : t.shape) n["shape"].push_back(d);
-        n["shape"].SetStyle(YAML::EmitterStyle::Flow);
-        for (const auto& p : t.pieces) {
-          YAML::Node piece(YAML::NodeType::Sequence);
-          piece.push_back(p.rank);
-          piece.push_back(p.start);
-          piece.push_back(p.length);
-          piece.SetStyle(YAML::EmitterStyle::Flow);
-          n["pieces"].push_back(piece);
-        }
-        m["tensors"][section][name] = n;
-      }
-    const std::string text = YAML::Dump(m);
-    detail::atomic_write((fs::path(staging_) / kManifestFile).string(), text.data(), text.size());
-    const std::string sum = detail::hex64(detail::xxh64(text.data(), text.size()));
-    const std::string marker = "world_size: " + std::to_string(world_size_) + "\nmanifest_xxh64: \"" + sum + "\"\n";
-    detail::atomic_write((fs::path(staging_) / kCompleteMarker).string(), marker.data(), marker.size());
-    detail::swap_into_place(staging_, dir_);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
+      const std::string text = detail::encode_manifest(header, world_size_, save_id_, manifest_);
+      detail::atomic_write((fs::path(staging_) / kManifestFile).string(), text.data(), text.size());
+      const std::string marker = detail::encode_marker(world_size_, text);
+      detail::atomic_write((fs::path(staging_) / kCompleteMarker).string(), marker.data(), marker.size());
+      detail::swap_into_place(staging_, dir_);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
   phase("writing the manifest", error);
 }
 

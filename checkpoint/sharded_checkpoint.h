@@ -44,6 +44,10 @@ class ShardedCheckpointWriter {
   using Agree = std::function<void(const std::string& local_error, const std::string& what)>;
   /// Collective: every rank constructs it with the same `dir`. Rank 0 prepares the staging
   /// folder, then all ranks open their files. Throws CheckpointError on every rank if any failed.
+  /// `save_id` (the same on every rank, different for every save) is recorded in every rank file
+  /// and in the manifest, so a reader never assembles pieces of two saves.
+  ShardedCheckpointWriter(std::string dir, int64_t rank, int64_t world_size, std::string save_id, Agree agree);
+  /// A world of one: the save id is drawn here.
   ShardedCheckpointWriter(std::string dir, int64_t rank, int64_t world_size, Agree agree);
   /// This rank's file: add() its pieces (stored flattened, named as in the manifest).
   ArchiveWriter& file() { return *file_; }
@@ -59,6 +63,7 @@ class ShardedCheckpointWriter {
  private:
   std::string dir_, staging_;
   int64_t rank_, world_size_;
+  std::string save_id_;
   Agree agree_;
   void phase(const std::string& what, std::string error);
   std::unique_ptr<ArchiveWriter> file_;
@@ -66,6 +71,8 @@ class ShardedCheckpointWriter {
 };
 
 namespace detail {
+/// A random id for one save (16 hex digits, 48 random bits).
+std::string new_save_id();
 /// Replaces `dst` (file or folder, may be absent) by `src` atomically; the old one is removed.
 void swap_into_place(const std::string& src, const std::string& dst);
 }  // namespace detail

@@ -17,7 +17,8 @@ namespace {
 
 /// Every rank's tensors of `local` (same keys and shapes on every rank) as "rank<r>.<key>";
 /// collective. Exact for the byte states it carries: one all-reduce, no variable-size collective.
-std::map<std::string, torch::Tensor> gather_rank_tensors(StateComm& comm, const std::map<std::string, torch::Tensor>& local) {
+std::map<std::string, torch::Tensor> gather_rank_tensors(StateComm& comm,
+                                                         const std::map<std::string, torch::Tensor>& local) {
   std::map<std::string, torch::Tensor> out;
   const int64_t w = comm.world_size(), r = comm.rank();
   for (const auto& [k, t] : local) {
@@ -29,7 +30,8 @@ std::map<std::string, torch::Tensor> gather_rank_tensors(StateComm& comm, const 
     torch::Tensor rows = torch::zeros({w, flat.numel()}, torch::kDouble);
     rows[r].copy_(flat);
     rows = comm.all_reduce(rows, ReduceOp::Sum);
-    for (int64_t q = 0; q < w; ++q) out["rank" + std::to_string(q) + "." + k] = rows[q].to(t.scalar_type()).view(t.sizes());
+    for (int64_t q = 0; q < w; ++q)
+      out["rank" + std::to_string(q) + "." + k] = rows[q].to(t.scalar_type()).view(t.sizes());
   }
   return out;
 }
@@ -48,7 +50,8 @@ std::vector<std::string> group_fields(const StateLayout& layout, StateComm& comm
   if (layout.optimizer)
     for (const auto& g : layout.groups)
       for (const auto& s : g.slices)
-        for_each_slice_state(*layout.optimizer, g, s, [&](const std::string& f, const torch::Tensor&) { local.insert(f); });
+        for_each_slice_state(*layout.optimizer, g, s,
+                             [&](const std::string& f, const torch::Tensor&) { local.insert(f); });
   torch::Tensor have = torch::zeros({static_cast<int64_t>(all.size())});
   for (size_t i = 0; i < all.size(); ++i)
     if (local.count(all[i])) have[static_cast<int64_t>(i)] = 1;
@@ -204,14 +207,25 @@ void add_group(const StateLayout& layout, const FlatGroup& g, const std::vector<
     }
 }
 
+/// One id for this sharded save, drawn on rank 0 and the same on every rank (collective).
+std::string shared_save_id(StateComm& comm) {
+  const std::string mine = detail::new_save_id();
+  if (comm.world_size() == 1) return mine;
+  // 48 bits travel exactly in a double.
+  const double id =
+      comm.broadcast(torch::tensor(static_cast<double>(std::stoull(mine, nullptr, 16)), torch::kDouble), 0)
+          .item<double>();
+  return detail::hex64(static_cast<uint64_t>(id));
+}
+
 void save_sharded(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm) {
   torch::NoGradGuard ng;
   const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm);
   const std::vector<int64_t> steps = steps_if_any(layout, fields);
   const int64_t rank = comm.rank(), world = comm.world_size();
-  ShardedCheckpointWriter sw(path, rank, world, [&comm](const std::string& error, const std::string& what) {
-    detail::agree_or_throw(comm, error, what);
-  });
+  ShardedCheckpointWriter sw(
+      path, rank, world, shared_save_id(comm),
+      [&comm](const std::string& error, const std::string& what) { detail::agree_or_throw(comm, error, what); });
   std::string error;
   try {
     for (size_t gi = 0; gi < layout.groups.size(); ++gi)
@@ -221,7 +235,8 @@ void save_sharded(const StateLayout& layout, const CheckpointHeader& header, con
       sw.file().add(kRngSection, "rank" + std::to_string(rank) + "." + k, v);
       if (rank == 0)  // every rank's generators have the same state size
         for (int64_t r = 0; r < world; ++r)
-          sw.declare(kRngSection, "rank" + std::to_string(r) + "." + k, v.scalar_type(), v.sizes().vec(), r, 0, v.numel());
+          sw.declare(kRngSection, "rank" + std::to_string(r) + "." + k, v.scalar_type(), v.sizes().vec(), r, 0,
+                     v.numel());
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -265,10 +280,36 @@ void load_optimizer(const StateLayout& layout, const CheckpointReader& ckpt) {
   }
 }
 
+/// The first parameter on this rank holding nan or inf ("" if none).
+std::string first_non_finite(const StateLayout& layout) {
+  auto finite = [](const torch::Tensor& t) { return torch::isfinite(t.detach()).all().item<bool>(); };
+  for (const auto& [n, t] : layout.params)
+    if (t.is_floating_point() && !finite(t)) return n;
+  for (const auto& g : layout.groups)
+    for (const auto& s : g.slices)
+      if (!finite(g.shard.narrow(0, s.shard_offset, s.length))) return g.entries[s.entry].name;
+  return {};
+}
+
+/// Refuses (on every rank) to write weights that hold nan or inf: a diverged run must never replace
+/// a good checkpoint. Collective.
+void check_finite_weights(const StateLayout& layout, StateComm& comm) {
+  torch::NoGradGuard ng;
+  const std::string bad = first_non_finite(layout);
+  detail::agree_or_throw(comm, bad.empty() ? std::string() : "parameter '" + bad + "' holds nan or inf",
+                         "the finiteness check of the weights");
+}
+
 }  // namespace
 
 void save_state(const StateLayout& layout, const CheckpointHeader& header, const std::string& path,
                 CheckpointFormat format, StateComm& comm) {
+  try {
+    check_finite_weights(layout, comm);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(detail::str_cat("not saving checkpoint '", path, "' at step ", header.global_step, ": ",
+                                          e.what(), " (training diverged); the checkpoints already written are kept"));
+  }
   if (format == CheckpointFormat::Sharded)
     save_sharded(layout, header, path, comm);
   else

@@ -19,8 +19,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int64_t kArchiveFormatVersion = 2;
+// 3: volt/sums.yaml checksums the index and the pickle, so every byte a resume reads is verified.
+constexpr int64_t kArchiveFormatVersion = 3;
 const char* const kIndexRecord = "volt/index.yaml";
+const char* const kSumsRecord = "volt/sums.yaml";
+
+/// volt/sums.yaml: the checksums of the records the tensor checksums do not cover.
+std::string sums_text(const std::string& index_text, const std::string& pickle) {
+  return "index: \"" + detail::hex64(detail::xxh64(index_text.data(), index_text.size())) + "\"\npickle: \"" +
+         detail::hex64(detail::xxh64(pickle.data(), pickle.size())) + "\"\n";
+}
 
 std::vector<uint64_t> chunk_sums(const void* data, int64_t nbytes) {
   std::vector<uint64_t> out;
@@ -36,7 +44,8 @@ at::Tensor placeholder(const ArchiveTensor& t) {
   at::Storage storage(at::Storage::use_byte_size_t(), static_cast<size_t>(t.nbytes()),
                       at::DataPtr(nullptr, at::Device(at::kCPU)), /*allocator=*/nullptr, /*resizable=*/false);
   std::vector<int64_t> strides(t.shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(t.shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * std::max<int64_t>(t.shape[i + 1], 1);
+  for (int64_t i = static_cast<int64_t>(t.shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * std::max<int64_t>(t.shape[i + 1], 1);
   return at::empty({0}, at::TensorOptions().dtype(t.dtype)).set_(storage, 0, t.shape, strides);
 }
 
@@ -327,9 +336,11 @@ void ArchiveWriter::commit(const std::vector<std::pair<std::string, c10::IValue>
       index["tensors"][s][name] = n;
     }
   const std::string index_text = YAML::Dump(index);
+  const std::string sums = sums_text(index_text, pickle);
   guarded_write(path_, write_errno_, written_, [&] {
     zip_->writeRecord("data.pkl", pickle.data(), pickle.size());
     zip_->writeRecord(kIndexRecord, index_text.data(), index_text.size());
+    zip_->writeRecord(kSumsRecord, sums.data(), sums.size());
     zip_->writeEndOfFile();
   });
   if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
@@ -362,13 +373,23 @@ ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
     auto [data, size] = zip.getRecord(kIndexRecord);
     index_text.assign(static_cast<const char*>(data.get()), size);
     YAML::Node index = YAML::Load(index_text);
-    VOLT_CHECK(index["format"] && index["format"].as<std::string>() == "volt", CheckpointError, "checkpoint '",
-               path_, "' is not a volt checkpoint");
+    VOLT_CHECK(index["format"] && index["format"].as<std::string>() == "volt", CheckpointError, "checkpoint '", path_,
+               "' is not a volt checkpoint");
     const int64_t fv = index["format_version"].as<int64_t>();
     VOLT_CHECK(fv == kArchiveFormatVersion, CheckpointError, "checkpoint '", path_, "' has format version ", fv,
                "; this volt reads version ", kArchiveFormatVersion);
     VOLT_CHECK(index["chunk_bytes"].as<int64_t>() == kChecksumChunkBytes, CheckpointError, "checkpoint '", path_,
                "': unexpected checksum chunk size");
+    // The index and the pickle (epoch, step, metadata, the tensors' layout) are verified as the
+    // tensors are: an edited or damaged byte there would silently change the resume.
+    VOLT_CHECK(zip.hasRecord(kSumsRecord) && zip.hasRecord("data.pkl"), CheckpointError, "checkpoint '", path_,
+               "' lacks the checksums of its index (damaged)");
+    auto [pdata, psize] = zip.getRecord("data.pkl");
+    auto [sdata, ssize] = zip.getRecord(kSumsRecord);
+    const std::string pickle(static_cast<const char*>(pdata.get()), psize);
+    const std::string sums(static_cast<const char*>(sdata.get()), ssize);
+    VOLT_CHECK(sums == sums_text(index_text, pickle), CheckpointError, "checkpoint '", path_,
+               "': its index or data.pkl does not match its checksum (corrupted or edited)");
     meta_ = index["meta"] ? index["meta"] : YAML::Node(YAML::NodeType::Map);
     if (index["tensors"])
       for (const auto& sec : index["tensors"]) {
@@ -395,8 +416,8 @@ ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (auto* ce = dynamic_cast<const c10::Error*>(&e)) what = ce->what_without_backtrace();
-    throw CheckpointError(detail::str_cat("checkpoint '", path_, "' is truncated, corrupted or not a volt checkpoint: ",
-                                          what.substr(0, 300)));
+    throw CheckpointError(detail::str_cat("checkpoint '", path_,
+                                          "' is truncated, corrupted or not a volt checkpoint: ", what.substr(0, 300)));
   }
   for (const auto& [s, tensors] : index_)
     for (const auto& [name, a] : tensors)

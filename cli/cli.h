@@ -3,11 +3,11 @@
 ///   volt fit|validate|test --config configs/X.yaml [--trainer.max_steps=20 ...] [--print_config]
 /// Config sections: trainer, model, data, ckpt_path, seed_everything. Unknown keys, wrong types and
 /// out-of-range values are ConfigErrors naming the key, raised before any work starts.
+#include <yaml-cpp/yaml.h>
+
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 namespace volt::cli {
 
@@ -27,7 +27,11 @@ using App = std::function<int(const Command&)>;
 /// 1 runtime failure, 2 bad config/usage). Errors are printed to stderr. Never calls exit().
 int run(int argc, char** argv, const App& app);
 
-/// Loads a config file and applies `--a.b=value` overrides. Throws ConfigError.
+/// Loads config files, merged in order (maps key by key, later files win, as LightningCLI), and
+/// applies `--a.b=value` overrides. A key given twice in one file, a folder or an unreadable file
+/// is a ConfigError naming the file.
+YAML::Node load_configs(const std::vector<std::string>& paths, const std::vector<std::string>& overrides);
+/// load_configs with one file ("" = none).
 YAML::Node load_config(const std::string& path, const std::vector<std::string>& overrides);
 
 }  // namespace volt::cli

@@ -1,9 +1,9 @@
 #pragma once
 /// The one place that branches on the LibTorch version (Debian's 1.13 on the CPU machines, the
 /// PyTorch 2.x wheel's LibTorch on the GPU machine). Everything else calls these helpers.
+#include <ATen/autocast_mode.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/StorageImpl.h>
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -11,6 +11,10 @@
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace volt::compat {
+
+/// Whether CPU kernels exist for fp16 matmuls (LibTorch 1.13 has none: "addmm_impl_cpu_" not
+/// implemented for 'Half').
+inline constexpr bool kCpuHalfMatmul = VOLT_TORCH_AT_LEAST(2, 0);
 
 /// Releases a tensor's storage memory (nbytes -> 0) while every tensor sharing that storage keeps
 /// its sizes; `refill_storage` gives it memory again. Used by FSDP to really free unsharded
@@ -107,9 +111,7 @@ namespace volt::compat {
 #if VOLT_TORCH_AT_LEAST(2, 0)
 inline void* optimizer_state_key(const at::Tensor& p) { return p.unsafeGetTensorImpl(); }
 #else
-inline std::string optimizer_state_key(const at::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
+inline std::string optimizer_state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 #endif
 }  // namespace volt::compat
 
@@ -155,4 +157,3 @@ inline void cuda_reset_peak(int device = 0) {
 #endif
 }
 }  // namespace volt::compat
-

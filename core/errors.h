@@ -28,6 +28,11 @@ class CheckpointError : public Error {
  public:
   using Error::Error;
 };
+/// Training cannot go on: the loss or the weights turned nan or inf (training diverged).
+class TrainingError : public Error {
+ public:
+  using Error::Error;
+};
 /// A data file is missing or malformed.
 class DataError : public Error {
  public:
@@ -51,7 +56,7 @@ std::string str_cat(const Args&... args) {
 }  // namespace volt
 
 /// VOLT_CHECK(cond, ErrorType, message parts...): throws ErrorType with the concatenated message.
-#define VOLT_CHECK(cond, ErrorType, ...)                          \
-  do {                                                            \
+#define VOLT_CHECK(cond, ErrorType, ...)                                \
+  do {                                                                  \
     if (!(cond)) throw ErrorType(::volt::detail::str_cat(__VA_ARGS__)); \
   } while (0)

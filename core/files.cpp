@@ -1,9 +1,13 @@
 #include "volt/core/files.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 namespace volt::detail {
@@ -28,6 +32,36 @@ bool remove_tree(const std::string& path) {
   bool ok = true;
   for (const auto& c : children) ok = remove_tree(c) && ok;
   return ::rmdir(path.c_str()) == 0 && ok;
+}
+
+FileLock::~FileLock() { unlock(); }
+
+FileLock& FileLock::operator=(FileLock&& o) noexcept {
+  if (this != &o) {
+    unlock();
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+void FileLock::unlock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+  fd_ = -1;
+}
+
+std::string FileLock::try_lock(const std::string& path) {
+  unlock();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::string("cannot open '") + path + "': " + std::strerror(errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) return "held by another process";
+    return std::string("cannot lock '") + path + "': " + std::strerror(err);
+  }
+  fd_ = fd;
+  return {};
 }
 
 }  // namespace volt::detail

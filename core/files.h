@@ -14,4 +14,25 @@ bool remove_tree(const std::string& path);
 /// True if `path` exists (without following a final symlink).
 bool path_exists(const std::string& path);
 
+/// An exclusive advisory lock (flock) on an existing file or folder, held for the object's life:
+/// the kernel releases it when the process dies, however it dies. Locking a folder leaves nothing
+/// in it. RAII; not copyable.
+class FileLock {
+ public:
+  FileLock() = default;
+  ~FileLock();
+  FileLock(FileLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  FileLock& operator=(FileLock&& o) noexcept;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  /// Takes the lock without waiting. Returns "" on success, else why not: "held by another
+  /// process" or the system error.
+  std::string try_lock(const std::string& path);
+  bool locked() const { return fd_ >= 0; }
+  void unlock();
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace volt::detail

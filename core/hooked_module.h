@@ -26,8 +26,7 @@ using ForwardFn = std::function<torch::Tensor(const TensorVec&)>;
 class ForwardInterceptor {
  public:
   virtual ~ForwardInterceptor() = default;
-  virtual torch::Tensor around(torch::nn::Module& module, const TensorVec& inputs,
-                               const ForwardFn& next) = 0;
+  virtual torch::Tensor around(torch::nn::Module& module, const TensorVec& inputs, const ForwardFn& next) = 0;
   /// A short name for summaries and errors ("fsdp", "activation_checkpoint").
   virtual const char* name() const = 0;
 };
@@ -60,8 +59,6 @@ class HookedModule : public torch::nn::Module {
 };
 
 /// True when `m` is a HookedModule (strategies can act on its forward).
-inline bool is_hooked(const torch::nn::Module& m) {
-  return dynamic_cast<const HookedModule*>(&m) != nullptr;
-}
+inline bool is_hooked(const torch::nn::Module& m) { return dynamic_cast<const HookedModule*>(&m) != nullptr; }
 
 }  // namespace volt

@@ -103,8 +103,8 @@ void YamlReader::finish() const {
     if (seen_.count(key)) continue;
     std::string valid;
     for (const auto& s : seen_) valid += (valid.empty() ? "" : ", ") + s;
-    throw ConfigError(detail::str_cat("unknown config key '", detail::join_key(prefix_, key),
-                                      "'; valid keys here: ", valid));
+    throw ConfigError(
+        detail::str_cat("unknown config key '", detail::join_key(prefix_, key), "'; valid keys here: ", valid));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/core/choice.h"
 #include "volt/core/errors.h"
 
 namespace volt {
@@ -75,7 +76,8 @@ struct YamlCodec<std::vector<T>> {
     if (n.IsNull()) return {};
     if (!n.IsSequence()) type_error(key, "a list", n);
     std::vector<T> out;
-    for (size_t i = 0; i < n.size(); ++i) out.push_back(YamlCodec<T>::decode(n[i], key + "[" + std::to_string(i) + "]"));
+    for (size_t i = 0; i < n.size(); ++i)
+      out.push_back(YamlCodec<T>::decode(n[i], key + "[" + std::to_string(i) + "]"));
     return out;
   }
   static YAML::Node encode(const std::vector<T>& v) {
@@ -83,6 +85,14 @@ struct YamlCodec<std::vector<T>> {
     for (const auto& x : v) n.push_back(YamlCodec<T>::encode(x));
     return n;
   }
+};
+template <class E>
+struct YamlCodec<Choice<E>> {
+  // The spelling is kept as given; the options' validate() checks it and names the key.
+  static Choice<E> decode(const YAML::Node& n, const std::string& key) {
+    return Choice<E>(YamlCodec<std::string>::decode(n, key));
+  }
+  static YAML::Node encode(const Choice<E>& v) { return YAML::Node(v.text()); }
 };
 template <class T>
 struct YamlCodec<std::optional<T>> {
@@ -110,6 +120,9 @@ class YamlReader {
     if (!node_.IsMap() || !node_[key]) return *this;
     const std::string full = detail::join_key(prefix_, key);
     if constexpr (detail::has_visit<T>::value) {
+      // A section given as a scalar or a list would otherwise be skipped and its defaults used.
+      if (node_[key].IsNull()) return *this;
+      if (!node_[key].IsMap()) detail::type_error(full, "a map", node_[key]);
       YamlReader sub(node_[key], full);
       field.visit(sub);
       sub.finish();

@@ -38,14 +38,23 @@ int run_cli(const cli::Command& args) {
   cfg.data.validate();
   if (cfg.seed_everything && !cfg.trainer.seed) cfg.trainer.seed = cfg.seed_everything;
   YAML::Node resolved = options_to_yaml(cfg);
+  // The Trainer checks the combination (strategy, devices, precision) and starts nothing yet, so
+  // --print_config fails for every config the run would refuse.
+  Trainer trainer(cfg.trainer);
   if (args.print_config) {
     std::cout << YAML::Dump(resolved) << std::endl;
     return 0;
   }
   if (cfg.trainer.seed) torch::manual_seed(static_cast<uint64_t>(*cfg.trainer.seed));
-  Trainer trainer(cfg.trainer);
   trainer.set_config(resolved);
-  demos::WikiText2Data data(cfg.data);
+  // A missing or unreadable data file is found before any work: a configuration error (exit 2).
+  std::unique_ptr<demos::WikiText2Data> data_ptr;
+  try {
+    data_ptr = std::make_unique<demos::WikiText2Data>(cfg.data);
+  } catch (const DataError& e) {
+    throw ConfigError(e.what());
+  }
+  demos::WikiText2Data& data = *data_ptr;
   cfg.model.vocab_size = data.vocab_size();
   demos::LanguageModel model(cfg.model);
   if (args.subcommand == "fit") {

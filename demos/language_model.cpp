@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
@@ -23,7 +24,8 @@ void LanguageModelOptions::validate(const std::string& prefix) const {
   const std::string opt = lower(optimizer);
   VOLT_CHECK(opt == "sgd" || opt == "adamw", ConfigError, "config key '", key("optimizer"),
              "': must be 'sgd' or 'adamw', got '", optimizer, "'");
-  VOLT_CHECK(lr > 0.0, ConfigError, "config key '", key("lr"), "': must be > 0, got ", lr);
+  VOLT_CHECK(lr > 0.0 && std::isfinite(lr), ConfigError, "config key '", key("lr"),
+             "': must be a finite number > 0, got ", lr);
   VOLT_CHECK(weight_decay >= 0.0, ConfigError, "config key '", key("weight_decay"), "': must be >= 0, got ",
              weight_decay);
 }
@@ -39,7 +41,8 @@ void LanguageModel::configure_model() {
 }
 
 Transformer& LanguageModel::model() const {
-  VOLT_CHECK(model_ != nullptr, ConfigError, "LanguageModel: the Transformer is built in configure_model(); call it first");
+  VOLT_CHECK(model_ != nullptr, ConfigError,
+             "LanguageModel: the Transformer is built in configure_model(); call it first");
   return *model_;
 }
 

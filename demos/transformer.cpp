@@ -19,12 +19,12 @@ void TransformerOptions::validate(const std::string& prefix) const {
   VOLT_CHECK(ninp >= 2 && ninp % 2 == 0, ConfigError, "config key '", key("ninp"),
              "': must be a positive even number (the sinusoidal positional encoding pairs sin/cos), got ", ninp);
   VOLT_CHECK(nhead >= 1, ConfigError, "config key '", key("nhead"), "': must be >= 1, got ", nhead);
-  VOLT_CHECK(ninp % nhead == 0, ConfigError, "config key '", key("nhead"), "': must divide ", key("ninp"), " (",
-             ninp, "), got ", nhead);
+  VOLT_CHECK(ninp % nhead == 0, ConfigError, "config key '", key("nhead"), "': must divide ", key("ninp"), " (", ninp,
+             "), got ", nhead);
   VOLT_CHECK(nhid >= 1, ConfigError, "config key '", key("nhid"), "': must be >= 1, got ", nhid);
   VOLT_CHECK(nlayers >= 1, ConfigError, "config key '", key("nlayers"), "': must be >= 1, got ", nlayers);
-  VOLT_CHECK(dropout >= 0.0 && dropout < 1.0, ConfigError, "config key '", key("dropout"),
-             "': must be in [0, 1), got ", dropout);
+  VOLT_CHECK(dropout >= 0.0 && dropout < 1.0, ConfigError, "config key '", key("dropout"), "': must be in [0, 1), got ",
+             dropout);
 }
 
 // ---- MultiheadAttention -------------------------------------------------------------------------

@@ -26,7 +26,7 @@ namespace volt::demos {
 /// The Transformer's constructor arguments, with Lightning's defaults (WikiText-2 vocabulary).
 struct TransformerOptions {
   int64_t vocab_size = 33278;
-  int64_t ninp = 200;   ///< d_model: embedding and attention width
+  int64_t ninp = 200;  ///< d_model: embedding and attention width
   int64_t nhead = 2;
   int64_t nhid = 200;   ///< dim_feedforward
   int64_t nlayers = 2;  ///< encoder layers, and as many decoder layers

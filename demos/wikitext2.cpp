@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -35,9 +37,9 @@ size_t whitespace_len(const unsigned char* p, const unsigned char* end) {
   if (c == 0xc2 && left >= 2) return (p[1] == 0x85 || p[1] == 0xa0) ? 2 : 0;  // U+0085, U+00A0
   if (left < 3) return 0;
   if (c == 0xe1) return (p[1] == 0x9a && p[2] == 0x80) ? 3 : 0;  // U+1680
-  if (c == 0xe2 && p[1] == 0x80)                                // U+2000..200A, 2028, 2029, 202F
+  if (c == 0xe2 && p[1] == 0x80)                                 // U+2000..200A, 2028, 2029, 202F
     return ((p[2] >= 0x80 && p[2] <= 0x8a) || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf) ? 3 : 0;
-  if (c == 0xe2 && p[1] == 0x81) return p[2] == 0x9f ? 3 : 0;            // U+205F
+  if (c == 0xe2 && p[1] == 0x81) return p[2] == 0x9f ? 3 : 0;    // U+205F
   if (c == 0xe3) return (p[1] == 0x80 && p[2] == 0x80) ? 3 : 0;  // U+3000
   return 0;
 }
@@ -88,12 +90,14 @@ WikiText2::WikiText2(const std::string& data_dir, const std::string& file, std::
       block_size_(block_size) {
   VOLT_CHECK(block_size_ >= 1, ConfigError, "WikiText2: block_size must be >= 1, got ", block_size_);
   std::error_code ec;
-  VOLT_CHECK(fs::is_regular_file(path_, ec), DataError, "WikiText-2 file '", path_,
-             "' does not exist: download ", download_url(file), " into '", data_dir,
+  VOLT_CHECK(!fs::is_directory(path_, ec), DataError, "WikiText-2 file '", path_,
+             "' is a folder; data.train_file, val_file and test_file name text files inside data.data_dir");
+  VOLT_CHECK(fs::is_regular_file(path_, ec), DataError, "WikiText-2 file '", path_, "' does not exist: download ",
+             download_url(file), " into '", data_dir,
              "' (or set data.url to fetch it), or use the offline copy ../shared/data/wikitext-2, which has "
              "valid.txt and test.txt");
   std::ifstream in(path_, std::ios::binary);
-  VOLT_CHECK(in, DataError, "WikiText-2 file '", path_, "' cannot be read");
+  VOLT_CHECK(in, DataError, "WikiText-2 file '", path_, "' cannot be read: ", std::strerror(errno));
   std::ostringstream buf;
   buf << in.rdbuf();
   VOLT_CHECK(!in.bad(), DataError, "WikiText-2 file '", path_, "': read error");
@@ -106,8 +110,8 @@ WikiText2::WikiText2(const std::string& data_dir, const std::string& file, std::
 int64_t WikiText2::size() const { return std::max<int64_t>(0, data_.numel() / block_size_ - 1); }
 
 Batch WikiText2::get(int64_t index) const {
-  VOLT_CHECK(index >= 0 && index < size(), DataError, "WikiText2 '", path_, "': index ", index,
-             " out of range [0, ", size(), ")");
+  VOLT_CHECK(index >= 0 && index < size(), DataError, "WikiText2 '", path_, "': index ", index, " out of range [0, ",
+             size(), ")");
   const int64_t start = index * block_size_, stop = start + block_size_;
   return {data_.slice(0, start, stop), data_.slice(0, start + 1, stop + 1)};
 }

@@ -52,8 +52,9 @@ ClusterEnv ClusterEnv::detect(const std::map<std::string, std::string>* env) {
     c.local_world_size = get(env, "SLURM_NTASKS_PER_NODE")
                              ? to_int(*get(env, "SLURM_NTASKS_PER_NODE"), "SLURM_NTASKS_PER_NODE")
                              : c.world_size;
-    c.master_addr = get(env, "MASTER_ADDR") ? *get(env, "MASTER_ADDR")
-                                            : detail::first_slurm_host(get(env, "SLURM_NODELIST").value_or("127.0.0.1"));
+    c.master_addr = get(env, "MASTER_ADDR")
+                        ? *get(env, "MASTER_ADDR")
+                        : detail::first_slurm_host(get(env, "SLURM_NODELIST").value_or("127.0.0.1"));
     if (get(env, "MASTER_PORT")) {
       c.port = static_cast<int>(to_int(*get(env, "MASTER_PORT"), "MASTER_PORT"));
     } else {

@@ -109,10 +109,10 @@ void Launcher::watch() {
       const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
       if (!ok && failed_rank_.load() < 0) {
         failed_rank_ = static_cast<int64_t>(i + 1);
-        failure_ = WIFSIGNALED(st) ? detail::str_cat("rank ", i + 1, " (pid ", pids_[i], ") was killed by signal ",
-                                                     WTERMSIG(st), " (", strsignal(WTERMSIG(st)), ")")
-                                   : detail::str_cat("rank ", i + 1, " (pid ", pids_[i], ") exited with code ",
-                                                     WEXITSTATUS(st));
+        failure_ = WIFSIGNALED(st)
+                       ? detail::str_cat("rank ", i + 1, " (pid ", pids_[i], ") was killed by signal ", WTERMSIG(st),
+                                         " (", strsignal(WTERMSIG(st)), ")")
+                       : detail::str_cat("rank ", i + 1, " (pid ", pids_[i], ") exited with code ", WEXITSTATUS(st));
         spdlog::error("{}; stopping the other ranks", failure_);
       }
     }

@@ -1,6 +1,7 @@
 #include "volt/distributed/process_group.h"
 
 #include <spdlog/spdlog.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 // The PyTorch wheel's LibTorch ships no gloo headers: Gloo is then unavailable (NCCL remains)
 // unless the build is given some (VOLT_GLOO_INCLUDE_DIR, see scripts/gpu.sh).
@@ -10,8 +11,9 @@
 #else
 #define VOLT_HAVE_GLOO 0
 #endif
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
@@ -60,9 +62,8 @@ c10::intrusive_ptr<compat::C10dBackend> make_gloo(const c10::intrusive_ptr<c10d:
 }
 
 c10::intrusive_ptr<compat::C10dBackend> make_backend(const std::string& backend,
-                                                     const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int size, std::chrono::milliseconds timeout,
-                                                     const std::string& host) {
+                                                     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                     std::chrono::milliseconds timeout, const std::string& host) {
 #ifdef VOLT_WITH_CUDA
   if (backend == "nccl") {
     auto opts = c10d::ProcessGroupNCCL::Options::create();
@@ -121,14 +122,18 @@ ProcessGroup::ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, c
     impl_->pg = make_backend(backend_name_, impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_,
                              host.empty() ? std::string("0.0.0.0") : host);
   } catch (const std::exception& e) {
-    throw DistributedError(detail::str_cat("rendezvous failed on rank ", rank_, " of ", size_, " at ",
-                                           env.master_addr, ":", env.port, ": ", e.what()));
+    throw DistributedError(detail::str_cat("rendezvous failed on rank ", rank_, " of ", size_, " at ", env.master_addr,
+                                           ":", env.port, ": ", e.what()));
   }
 }
 
 ProcessGroup::ProcessGroup(ProcessGroup& parent, const std::vector<int64_t>& ranks, const std::string& tag)
-    : impl_(std::make_unique<Impl>()), ranks_(ranks), backend_name_(parent.backend_name_), nccl_(parent.nccl_),
-      tag_(tag), timeout_(parent.timeout_) {
+    : impl_(std::make_unique<Impl>()),
+      ranks_(ranks),
+      backend_name_(parent.backend_name_),
+      nccl_(parent.nccl_),
+      tag_(tag),
+      timeout_(parent.timeout_) {
   const int64_t me = parent.global_rank(parent.rank());
   auto it = std::find(ranks.begin(), ranks.end(), me);
   VOLT_CHECK(it != ranks.end(), DistributedError, "rank ", me, " is not in sub-group '", tag, "'");
@@ -156,6 +161,8 @@ void ProcessGroup::fail(const std::string& collective, const std::exception& e) 
 }
 
 CollectiveWork ProcessGroup::all_reduce_async(torch::Tensor& t, ReduceOp op) {
+  VOLT_CHECK(op != ReduceOp::Mean || at::isFloatingType(t.scalar_type()), DistributedError, describe("all_reduce"),
+             ": Mean of a ", t.scalar_type(), " tensor would truncate; reduce with Sum and divide in a floating type");
   if (size_ == 1) return {};
   // Gloo reduces half types in fp32; NCCL takes them (and AVG) natively but only CUDA tensors.
   torch::Tensor wire = (!nccl_ && is_half(t)) ? t.to(at::kFloat) : on_wire_device(t);

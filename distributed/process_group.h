@@ -18,20 +18,17 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "volt/distributed/cluster_env.h"
 #include "volt/distributed/reduce_op.h"
-
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace c10d {
 class Store;
 }  // namespace c10d
 
 namespace volt {
-
-
 
 struct ProcessGroupOptions {
   std::string backend;  // "gloo", "nccl"; "" = by device

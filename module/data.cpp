@@ -54,7 +54,8 @@ int64_t DataLoader::num_batches() const {
 
 Batch DataLoader::batch(int64_t i) const {
   const auto idx = indices();
-  VOLT_CHECK(i >= 0 && i < num_batches(), ConfigError, "DataLoader: batch ", i, " out of range [0, ", num_batches(), ")");
+  VOLT_CHECK(i >= 0 && i < num_batches(), ConfigError, "DataLoader: batch ", i, " out of range [0, ", num_batches(),
+             ")");
   const int64_t begin = i * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(idx.size()));
   std::vector<Batch> samples;

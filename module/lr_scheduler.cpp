@@ -39,7 +39,8 @@ StepLR::StepLR(torch::optim::Optimizer& opt, int64_t step_size, double gamma)
 }
 double StepLR::factor(int64_t epoch) const { return std::pow(gamma_, static_cast<double>(epoch / step_size_)); }
 
-LambdaLR::LambdaLR(torch::optim::Optimizer& opt, std::function<double(int64_t)> fn) : LRScheduler(opt), fn_(std::move(fn)) {
+LambdaLR::LambdaLR(torch::optim::Optimizer& opt, std::function<double(int64_t)> fn)
+    : LRScheduler(opt), fn_(std::move(fn)) {
   VOLT_CHECK(static_cast<bool>(fn_), ConfigError, "LambdaLR: empty function");
   set_last_epoch(0);  // PyTorch applies fn(0) at construction (warm-up starts low)
 }

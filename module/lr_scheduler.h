@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "volt/core/choice.h"
+
 namespace volt {
 
 class LRScheduler {
@@ -74,12 +76,24 @@ class CosineAnnealingLR : public LRScheduler {
   double eta_min_factor_;
 };
 
+/// When a scheduler steps: after every optimizer step ("step") or every epoch ("epoch").
+enum class SchedulerInterval { Step, Epoch };
+template <>
+struct ChoiceNames<SchedulerInterval> {
+  static const std::vector<std::pair<SchedulerInterval, const char*>>& names() {
+    static const std::vector<std::pair<SchedulerInterval, const char*>> n = {{SchedulerInterval::Step, "step"},
+                                                                             {SchedulerInterval::Epoch, "epoch"}};
+    return n;
+  }
+  static std::string normalize(const std::string& s) { return s; }
+};
+
 /// What configure_optimizers returns: an optimizer, optionally a scheduler stepped every
 /// `frequency` epochs or optimizer steps ("epoch" or "step"), like Lightning's lr_scheduler dict.
 struct OptimizerConfig {
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::shared_ptr<LRScheduler> lr_scheduler;
-  std::string interval = "epoch";
+  Choice<SchedulerInterval> interval = SchedulerInterval::Epoch;
   int64_t frequency = 1;
 };
 

@@ -2,7 +2,7 @@
 # Installs the Debian packages volt builds and tests with. Idempotent: does nothing when all are
 # present. Needs root (or sudo) only when something is missing.
 set -euo pipefail
-pkgs=(build-essential cmake libtorch-dev libgloo-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2
+pkgs=(build-essential cmake libtorch-dev libgloo-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 clang-format
       libcurl4-openssl-dev)
 # Debian's LibTorch calls the system BLAS (libblas.so.3), which is the single-threaded netlib
 # reference unless an optimized one is installed. OpenBLAS (OpenMP build, so it follows

@@ -60,7 +60,10 @@ class CheckpointBackward : public torch::autograd::Node {
  public:
   CheckpointBackward(ForwardFn fn, TensorVec inputs, RngSnapshot rng, compat::AutocastState autocast,
                      std::string module_name)
-      : fn_(std::move(fn)), inputs_(std::move(inputs)), rng_(std::move(rng)), autocast_(autocast),
+      : fn_(std::move(fn)),
+        inputs_(std::move(inputs)),
+        rng_(std::move(rng)),
+        autocast_(autocast),
         module_name_(std::move(module_name)) {
     for (const auto& t : inputs_) versions_.push_back(t.defined() ? t._version() : 0);
   }

@@ -9,7 +9,6 @@
 
 namespace volt {
 
-
 DDPStrategy::DDPStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes,
                          DDPOptions options)
     : ParallelStrategy(std::move(precision), std::move(accelerator), devices, num_nodes,
@@ -50,7 +49,8 @@ void DDPStrategy::setup_module(LightningModule& module) {
     }
   }
   hooks_installed_ = true;
-  spdlog::info("DDP: {} parameters in {} bucket(s) of <= {} MB", params.size(), buckets_.size(), options_.bucket_cap_mb);
+  spdlog::info("DDP: {} parameters in {} bucket(s) of <= {} MB", params.size(), buckets_.size(),
+               options_.bucket_cap_mb);
 }
 
 void DDPStrategy::on_grad_ready(size_t bi) {

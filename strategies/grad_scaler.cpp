@@ -10,7 +10,8 @@ GradScaler::GradScaler(GradScalerOptions options, std::function<bool(bool)> any_
     : options_(options), any_rank_(std::move(any_rank)), scale_(options.init_scale) {
   VOLT_CHECK(options_.init_scale > 0 && options_.growth_factor > 1 && options_.backoff_factor > 0 &&
                  options_.backoff_factor < 1 && options_.growth_interval > 0,
-             ConfigError, "GradScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval > 0");
+             ConfigError,
+             "GradScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval > 0");
 }
 
 torch::Tensor GradScaler::scale_loss(const torch::Tensor& loss) const { return loss * scale_; }

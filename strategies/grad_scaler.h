@@ -24,7 +24,8 @@ struct GradScalerOptions {
 class GradScaler {
  public:
   /// `any_rank` returns true on every rank if its argument is true on any rank (a collective).
-  explicit GradScaler(GradScalerOptions options = {}, std::function<bool(bool)> any_rank = [](bool b) { return b; });
+  explicit GradScaler(
+      GradScalerOptions options = {}, std::function<bool(bool)> any_rank = [](bool b) { return b; });
 
   double scale() const { return scale_; }
   /// loss * scale.

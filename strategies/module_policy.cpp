@@ -38,8 +38,10 @@ std::vector<std::pair<std::string, torch::nn::Module*>> select_modules(torch::nn
   if (picked.empty()) {
     std::string types;
     for (const auto& t : hooked_types) types += (types.empty() ? "" : ", ") + t;
-    throw ConfigError("config key '" + config_key + "': the policy selects no module; wrappable (HookedModule) types "
-                      "in this model: " + (types.empty() ? std::string("none") : types));
+    throw ConfigError("config key '" + config_key +
+                      "': the policy selects no module; wrappable (HookedModule) types "
+                      "in this model: " +
+                      (types.empty() ? std::string("none") : types));
   }
   return picked;
 }

@@ -9,8 +9,11 @@ namespace volt {
 
 ParallelStrategy::ParallelStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes,
                                    std::chrono::milliseconds timeout, std::string backend)
-    : Strategy(std::move(precision), std::move(accelerator)), devices_(devices), num_nodes_(num_nodes),
-      timeout_(timeout), backend_(std::move(backend)) {}
+    : Strategy(std::move(precision), std::move(accelerator)),
+      devices_(devices),
+      num_nodes_(num_nodes),
+      timeout_(timeout),
+      backend_(std::move(backend)) {}
 
 ParallelStrategy::~ParallelStrategy() {
   pg_.reset();
@@ -31,10 +34,11 @@ void ParallelStrategy::setup_environment() {
       env_.port = detail::find_free_port();  // a world of one still rendezvouses with itself
     }
   } else {
-    VOLT_CHECK(env_.world_size == expected, DistributedError, "the ", env_.source, " environment says WORLD_SIZE=",
-               env_.world_size, " but devices x num_nodes = ", devices_, " x ", num_nodes_, " = ", expected,
-               "; make them agree");
-    const int64_t threads = std::max<int64_t>(1, detail::available_cores() / std::max<int64_t>(1, env_.local_world_size));
+    VOLT_CHECK(env_.world_size == expected, DistributedError, "the ", env_.source,
+               " environment says WORLD_SIZE=", env_.world_size, " but devices x num_nodes = ", devices_, " x ",
+               num_nodes_, " = ", expected, "; make them agree");
+    const int64_t threads =
+        std::max<int64_t>(1, detail::available_cores() / std::max<int64_t>(1, env_.local_world_size));
     if (!std::getenv("OMP_NUM_THREADS")) torch::set_num_threads(static_cast<int>(threads));
   }
   if (accelerator_ == "cuda") {
@@ -42,8 +46,10 @@ void ParallelStrategy::setup_environment() {
     // works: NCCL refuses two ranks on one device).
     const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
     device_index_ = gpus > 0 ? env_.local_rank % gpus : 0;
-    VOLT_CHECK(!(backend_ == "nccl" && env_.local_world_size > gpus), DistributedError, "process_group_backend "
-               "'nccl' needs one GPU per rank, but ", env_.local_world_size, " ranks share ", gpus,
+    VOLT_CHECK(!(backend_ == "nccl" && env_.local_world_size > gpus), DistributedError,
+               "process_group_backend "
+               "'nccl' needs one GPU per rank, but ",
+               env_.local_world_size, " ranks share ", gpus,
                " GPU(s) on this node; use process_group_backend: gloo or fewer devices");
   }
   ProcessGroupOptions o;
@@ -53,8 +59,8 @@ void ParallelStrategy::setup_environment() {
     o.backend = "gloo";
   o.timeout = timeout_;
   pg_ = std::make_unique<ProcessGroup>(env_, o, accelerator_);
-  spdlog::info("Initialized process group: rank {} of {} ({} backend, from {} environment)", env_.rank,
-               env_.world_size, pg_->backend(), env_.source);
+  spdlog::info("Initialized process group: rank {} of {} ({} backend, from {} environment)", env_.rank, env_.world_size,
+               pg_->backend(), env_.source);
 }
 
 ProcessGroup& ParallelStrategy::process_group() {

@@ -81,9 +81,7 @@ bool Precision::optimizer_step(torch::optim::Optimizer& optimizer, const std::fu
   return scaler_->step(optimizer, step);
 }
 
-YAML::Node Precision::state_dict() const {
-  return scaler_ ? scaler_->state_dict() : YAML::Node(YAML::NodeType::Map);
-}
+YAML::Node Precision::state_dict() const { return scaler_ ? scaler_->state_dict() : YAML::Node(YAML::NodeType::Map); }
 
 void Precision::load_state_dict(const YAML::Node& state) {
   if (scaler_ && state && state.IsMap() && state.size() > 0) scaler_->load_state_dict(state);

@@ -1,8 +1,9 @@
 #pragma once
 /// Precision plugin: Lightning's precision names mapped to dtypes and autocast. Owned by the
 /// Strategy. It owns the loss scaler of "16-mixed" (scale, unscale, step-or-skip, its state), so the
-/// Trainer asks for one optimizer step and never sees the scaler. "32-true" fp32; "bf16-mixed" fp32 weights, bf16 autocast in forward; "bf16-true" the
-/// whole model in bf16; "16-mixed" fp16 autocast with a gradient scaler (CUDA only).
+/// Trainer asks for one optimizer step and never sees the scaler. "32-true" fp32; "bf16-mixed" fp32 weights, bf16
+/// autocast in forward; "bf16-true" the whole model in bf16; "16-mixed" fp16 autocast with a gradient scaler (CUDA
+/// only).
 #include <torch/types.h>
 #include <yaml-cpp/yaml.h>
 
@@ -10,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "volt/core/stateful.h"
 #include "volt/strategies/grad_scaler.h"
 
 namespace torch::nn {
@@ -18,7 +20,7 @@ class Module;
 
 namespace volt {
 
-class Precision {
+class Precision : public Stateful {
  public:
   /// Throws ConfigError for an unknown name, or one the accelerator cannot run.
   Precision(std::string name, const std::string& accelerator);
@@ -61,9 +63,9 @@ class Precision {
   bool optimizer_step(torch::optim::Optimizer& optimizer, const std::function<void()>& before_step,
                       const std::function<void()>& step);
   /// The scaler's state (an empty map without one), saved in checkpoints.
-  YAML::Node state_dict() const;
+  YAML::Node state_dict() const override;
   /// Restores state_dict(); a checkpoint without scaler state leaves the scaler as it is.
-  void load_state_dict(const YAML::Node& state);
+  void load_state_dict(const YAML::Node& state) override;
   /// The loss scaler (null unless "16-mixed"); for inspection.
   const GradScaler* grad_scaler() const { return scaler_.get(); }
 

@@ -1,18 +1,17 @@
 #include "volt/strategies/strategy.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include <spdlog/spdlog.h>
-
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
+#include "volt/module/lightning_module.h"
 #include "volt/optim/fused_adam.h"
 #include "volt/strategies/activation_checkpointing.h"
-#include "volt/module/lightning_module.h"
 
 namespace volt {
 
@@ -82,9 +81,9 @@ double Strategy::gradient_norm(torch::optim::Optimizer& optimizer) {
   return std::sqrt(reduce_grad_norm_sq(sq));
 }
 
-double Strategy::clip_gradients(torch::optim::Optimizer& optimizer, double value, const std::string& algorithm) {
+double Strategy::clip_gradients(torch::optim::Optimizer& optimizer, double value, GradientClipAlgorithm algorithm) {
   torch::NoGradGuard ng;
-  if (algorithm == "value") {
+  if (algorithm == GradientClipAlgorithm::Value) {
     for (auto& g : optimizer.param_groups())
       for (auto& p : g.params())
         if (p.grad().defined()) p.mutable_grad().clamp_(-value, value);

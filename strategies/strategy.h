@@ -18,16 +18,14 @@
 #include "volt/checkpoint/optimizer_state.h"
 #include "volt/checkpoint/state_io.h"
 #include "volt/distributed/reduce_op.h"
-#include "volt/strategies/precision.h"
-#include "volt/strategies/strategy_options.h"
 #include "volt/module/data.h"
 #include "volt/module/lr_scheduler.h"
+#include "volt/strategies/precision.h"
+#include "volt/strategies/strategy_options.h"
 
 namespace volt {
 
 class LightningModule;
-
-
 
 class Strategy {
  public:
@@ -39,7 +37,7 @@ class Strategy {
   virtual std::string name() const = 0;
 
   // ---- capabilities: asked by the Trainer before training starts -----------------------------
-  virtual bool supports_gradient_clipping(const std::string& algorithm) const { return true; }
+  virtual bool supports_gradient_clipping(GradientClipAlgorithm algorithm) const { return true; }
   /// An empty string means the strategy can run this precision; otherwise the reason it cannot.
   virtual std::string precision_unsupported_reason(const Precision&) const { return {}; }
 
@@ -85,9 +83,9 @@ class Strategy {
   /// Backward of `loss` (scaled by the precision first under "16-mixed"); `sync_gradients` is false
   /// on gradient-accumulation micro-steps.
   void backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients);
-  /// Clips the optimizer's gradients ("norm" or "value"); returns the total norm before clipping
+  /// Clips the optimizer's gradients (by total norm or by value); returns the total norm before clipping
   /// (computed across ranks when gradients are sharded).
-  double clip_gradients(torch::optim::Optimizer& optimizer, double value, const std::string& algorithm);
+  double clip_gradients(torch::optim::Optimizer& optimizer, double value, GradientClipAlgorithm algorithm);
   /// The L2 norm of every gradient the optimizer holds, across ranks where they are sharded.
   virtual double gradient_norm(torch::optim::Optimizer& optimizer);
   /// One optimizer step as the precision runs it: unscale (16-mixed), `before_step` (the hooks and
@@ -95,7 +93,8 @@ class Strategy {
   /// The step itself: torch::optim::Adam/AdamW over fp32 host tensors (CPU training, FSDP's
   /// cpu_offload) with volt's fused single-pass step (optim/fused_adam.h), anything else with its
   /// own step(). Returns whether the optimizer stepped.
-  bool optimizer_step(torch::optim::Optimizer& optimizer, const std::function<void()>& before_step = [] {});
+  bool optimizer_step(
+      torch::optim::Optimizer& optimizer, const std::function<void()>& before_step = [] {});
   virtual void zero_grad(torch::optim::Optimizer& optimizer);
 
   // ---- collectives (identity on one process) -------------------------------------------------

@@ -7,46 +7,41 @@
 namespace volt {
 
 namespace {
-std::string upper(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
-  return s;
-}
+// 30 days: longer is surely a typo, and the milliseconds c10d counts in would overflow far above.
+constexpr int64_t kMaxTimeout = 30 * 24 * 3600;
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
 }
-const std::vector<std::string> kShardingStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
-                                                      "_HYBRID_SHARD_ZERO2"};
 }  // namespace
 
 void DDPOptions::validate() const {
-  VOLT_CHECK(bucket_cap_mb > 0, ConfigError, "config key 'trainer.strategy.bucket_cap_mb': must be > 0, got ", bucket_cap_mb);
-  VOLT_CHECK(timeout > 0, ConfigError, "config key 'trainer.strategy.timeout': must be > 0 seconds, got ", timeout);
+  VOLT_CHECK(bucket_cap_mb > 0, ConfigError, "config key 'trainer.strategy.bucket_cap_mb': must be > 0, got ",
+             bucket_cap_mb);
+  VOLT_CHECK(timeout > 0 && timeout <= kMaxTimeout, ConfigError,
+             "config key 'trainer.strategy.timeout': must be in [1, ", kMaxTimeout, "] seconds, got ", timeout);
   VOLT_CHECK(process_group_backend.empty() || process_group_backend == "gloo" || process_group_backend == "nccl",
              ConfigError, "config key 'trainer.strategy.process_group_backend': unknown backend '",
              process_group_backend, "'; valid: gloo, nccl");
 }
 
 void FSDPOptions::validate() {
-  sharding_strategy = upper(sharding_strategy);
-  VOLT_CHECK(std::find(kShardingStrategies.begin(), kShardingStrategies.end(), sharding_strategy) !=
-                 kShardingStrategies.end(),
-             ConfigError, "config key 'trainer.strategy.sharding_strategy': unknown value '", sharding_strategy,
-             "'; valid: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2");
-  backward_prefetch = upper(backward_prefetch);
-  if (backward_prefetch == "NONE" || backward_prefetch.empty()) backward_prefetch = "NONE";
-  VOLT_CHECK(backward_prefetch == "BACKWARD_PRE" || backward_prefetch == "BACKWARD_POST" || backward_prefetch == "NONE",
-             ConfigError, "config key 'trainer.strategy.backward_prefetch': unknown value '", backward_prefetch,
-             "'; valid: BACKWARD_PRE, BACKWARD_POST, NONE");
-  state_dict_type = lower(state_dict_type);
-  VOLT_CHECK(state_dict_type == "full" || state_dict_type == "sharded", ConfigError,
-             "config key 'trainer.strategy.state_dict_type': unknown value '", state_dict_type, "'; valid: full, sharded");
+  sharding_strategy.validate("trainer.strategy.sharding_strategy");
+  backward_prefetch.validate("trainer.strategy.backward_prefetch");
+  state_dict_type.validate("trainer.strategy.state_dict_type");
   VOLT_CHECK(device_mesh.empty() || device_mesh.size() == 2, ConfigError,
              "config key 'trainer.strategy.device_mesh': expected [replicate_size, shard_size], got ",
              device_mesh.size(), " values");
   for (auto d : device_mesh)
     VOLT_CHECK(d >= 1, ConfigError, "config key 'trainer.strategy.device_mesh': sizes must be >= 1");
-  VOLT_CHECK(timeout > 0, ConfigError, "config key 'trainer.strategy.timeout': must be > 0 seconds, got ", timeout);
+  VOLT_CHECK(timeout > 0 && timeout <= kMaxTimeout, ConfigError,
+             "config key 'trainer.strategy.timeout': must be in [1, ", kMaxTimeout, "] seconds, got ", timeout);
+  const ShardingStrategy s = sharding_strategy.value();
+  VOLT_CHECK(device_mesh.empty() || s == ShardingStrategy::HybridShard || s == ShardingStrategy::HybridShardZero2,
+             ConfigError,
+             "config key 'trainer.strategy.device_mesh': only HYBRID_SHARD and _HYBRID_SHARD_ZERO2 use a "
+             "device mesh, but sharding_strategy is ",
+             sharding_strategy);
   VOLT_CHECK(auto_wrap_policy.min_num_params >= 0, ConfigError,
              "config key 'trainer.strategy.auto_wrap_policy.min_num_params': must be >= 0");
 }

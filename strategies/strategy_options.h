@@ -22,14 +22,14 @@ struct DDPOptions {
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
   bool find_unused_parameters = false;
-  int64_t timeout = 1800;  // seconds, as Lightning's default 30 min
+  int64_t timeout = 1800;             // seconds, as Lightning's default 30 min
   std::string process_group_backend;  // "" = gloo on the CPU, nccl on CUDA
 
   template <class V>
   void visit(V& v) {
-    v("bucket_cap_mb", bucket_cap_mb)("gradient_as_bucket_view", gradient_as_bucket_view)(
-        "static_graph", static_graph)("find_unused_parameters", find_unused_parameters)("timeout", timeout)(
-        "process_group_backend", process_group_backend);
+    v("bucket_cap_mb", bucket_cap_mb)("gradient_as_bucket_view", gradient_as_bucket_view)("static_graph", static_graph)(
+        "find_unused_parameters", find_unused_parameters)("timeout", timeout)("process_group_backend",
+                                                                              process_group_backend);
   }
   void validate() const;
 };
@@ -50,18 +50,73 @@ struct ModulePolicy {
   }
 };
 
+/// FSDP's sharding strategies (PyTorch's names): FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD,
+/// _HYBRID_SHARD_ZERO2.
+enum class ShardingStrategy { FullShard, ShardGradOp, NoShard, HybridShard, HybridShardZero2 };
+/// When FSDP gathers the next unit in backward: BACKWARD_PRE, BACKWARD_POST, NONE.
+enum class BackwardPrefetch { BackwardPre, BackwardPost, None };
+/// What an FSDP checkpoint holds: "full" (one file, gathered) or "sharded" (a folder, per rank).
+enum class StateDictType { Full, Sharded };
+
+template <>
+struct ChoiceNames<ShardingStrategy> {
+  static const std::vector<std::pair<ShardingStrategy, const char*>>& names() {
+    static const std::vector<std::pair<ShardingStrategy, const char*>> n = {
+        {ShardingStrategy::FullShard, "FULL_SHARD"},
+        {ShardingStrategy::ShardGradOp, "SHARD_GRAD_OP"},
+        {ShardingStrategy::NoShard, "NO_SHARD"},
+        {ShardingStrategy::HybridShard, "HYBRID_SHARD"},
+        {ShardingStrategy::HybridShardZero2, "_HYBRID_SHARD_ZERO2"}};
+    return n;
+  }
+  static std::string normalize(const std::string& s) { return detail::to_upper(s); }
+};
+template <>
+struct ChoiceNames<BackwardPrefetch> {
+  static const std::vector<std::pair<BackwardPrefetch, const char*>>& names() {
+    static const std::vector<std::pair<BackwardPrefetch, const char*>> n = {
+        {BackwardPrefetch::BackwardPre, "BACKWARD_PRE"},
+        {BackwardPrefetch::BackwardPost, "BACKWARD_POST"},
+        {BackwardPrefetch::None, "NONE"}};
+    return n;
+  }
+  static std::string normalize(const std::string& s) { return s.empty() ? "NONE" : detail::to_upper(s); }
+};
+template <>
+struct ChoiceNames<StateDictType> {
+  static const std::vector<std::pair<StateDictType, const char*>>& names() {
+    static const std::vector<std::pair<StateDictType, const char*>> n = {{StateDictType::Full, "full"},
+                                                                         {StateDictType::Sharded, "sharded"}};
+    return n;
+  }
+  static std::string normalize(const std::string& s) { return detail::to_lower(s); }
+};
+
+/// Lightning's gradient_clip_algorithm: "norm" (scale all gradients to a total L2 norm) or "value"
+/// (clamp each element).
+enum class GradientClipAlgorithm { Norm, Value };
+template <>
+struct ChoiceNames<GradientClipAlgorithm> {
+  static const std::vector<std::pair<GradientClipAlgorithm, const char*>>& names() {
+    static const std::vector<std::pair<GradientClipAlgorithm, const char*>> n = {
+        {GradientClipAlgorithm::Norm, "norm"}, {GradientClipAlgorithm::Value, "value"}};
+    return n;
+  }
+  static std::string normalize(const std::string& s) { return s; }
+};
+
 struct FSDPOptions {
-  std::string sharding_strategy = "FULL_SHARD";
+  Choice<ShardingStrategy> sharding_strategy = ShardingStrategy::FullShard;
   ModulePolicy auto_wrap_policy;
   ModulePolicy activation_checkpointing_policy;
   bool cpu_offload = false;
   std::optional<std::string> param_dtype;
   std::optional<std::string> reduce_dtype;
   std::optional<std::string> buffer_dtype;
-  std::string state_dict_type = "full";
+  Choice<StateDictType> state_dict_type = StateDictType::Full;
   std::vector<int64_t> device_mesh;  // (replicate, shard) for HYBRID_SHARD
   bool limit_all_gathers = true;
-  std::string backward_prefetch = "BACKWARD_PRE";
+  Choice<BackwardPrefetch> backward_prefetch = BackwardPrefetch::BackwardPre;
   bool forward_prefetch = false;
   bool sync_module_states = false;
   int64_t timeout = 1800;
@@ -90,7 +145,7 @@ struct StrategyOptions {
   ModulePolicy activation_checkpointing_policy;
 
   StrategyOptions() = default;
-  StrategyOptions(const char* n) : name(n) {}        // NOLINT: implicit on purpose
+  StrategyOptions(const char* n) : name(n) {}             // NOLINT: implicit on purpose
   StrategyOptions(std::string n) : name(std::move(n)) {}  // NOLINT
   /// The canonical name: "single_device", "ddp", "fsdp" ("auto" resolves by devices).
   std::string resolved(int64_t world_size) const;

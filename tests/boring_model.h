@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "volt/core/hooked_module.h"
-#include "volt/trainer/lightning_module.h"
+#include "volt/module/lightning_module.h"
 #include "volt/trainer/trainer_options.h"
 
 namespace volt::testing {

@@ -1,8 +1,9 @@
 // Torch first: its glog CHECK macro must not replace Catch's (see libtorch-facts.md).
 #include <torch/torch.h>
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <spdlog/spdlog.h>
+
+#include <catch2/catch.hpp>
 
 int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);

@@ -20,8 +20,8 @@ std::unique_ptr<Strategy> make(const TrainerOptions& options) {
     return std::make_unique<DDPStrategy>(std::move(precision), options.accelerator, options.devices, options.num_nodes,
                                          options.strategy.ddp);
   if (name == "fsdp")
-    return std::make_unique<FSDPStrategy>(std::move(precision), options.accelerator, options.devices,
-                                          options.num_nodes, options.strategy.fsdp);
+    return std::make_unique<FSDPStrategy>(std::move(precision), options.accelerator, options.devices, options.num_nodes,
+                                          options.strategy.fsdp);
   throw ConfigError("config key 'trainer.strategy': strategy '" + name + "' is not available in this build");
 }
 }  // namespace

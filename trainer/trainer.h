@@ -1,9 +1,12 @@
 #pragma once
-/// The Trainer: runs fit / validate / test loops for a LightningModule under a Strategy, with
-/// callbacks and a CSV logger, as Lightning's Trainer does.
+/// The Trainer: runs fit / validate / test for a LightningModule under a Strategy, with callbacks
+/// and a CSV logger, as Lightning's Trainer does. It is a thin owner of its parts: the FitLoop
+/// (epochs, batches, optimizer steps), the EvaluationLoop (sanity check, validation, test), the
+/// Metrics (LightningModule::log, epoch means, the logger's rows), the CheckpointConnector (save,
+/// restore over Stateful objects) and the HookDispatcher (module and callback hooks, in order).
 ///
-/// Ownership: the Trainer owns its Strategy, callbacks (shared) and logger. The module and loaders
-/// are borrowed for the duration of a call. Thread-safety: use one Trainer from one thread.
+/// Ownership: the Trainer owns its Strategy, callbacks (shared), logger and parts. The module and
+/// loaders are borrowed for the duration of a call. Thread-safety: use one Trainer from one thread.
 #include <map>
 #include <memory>
 #include <string>
@@ -11,39 +14,50 @@
 
 #include "volt/callbacks/callback.h"
 #include "volt/loggers/csv_logger.h"
+#include "volt/module/data.h"
+#include "volt/module/lightning_module.h"
 #include "volt/strategies/strategy.h"
-#include "volt/trainer/data.h"
-#include "volt/trainer/lightning_module.h"
+#include "volt/trainer/checkpoint_connector.h"
+#include "volt/trainer/evaluation_loop.h"
+#include "volt/trainer/fit_loop.h"
+#include "volt/trainer/hook_dispatcher.h"
+#include "volt/trainer/metrics.h"
 #include "volt/trainer/trainer_options.h"
+#include "volt/trainer/trainer_state.h"
 
 namespace volt {
 
-class Trainer {
+class Trainer : public LogSink {
  public:
   /// Validates `options` (ConfigError on bad values) and builds the strategy it names.
   explicit Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks = {});
   /// Uses a strategy built by the caller (options.strategy is ignored).
   Trainer(TrainerOptions options, std::unique_ptr<Strategy> strategy,
           std::vector<std::shared_ptr<Callback>> callbacks = {});
-  ~Trainer();
+  ~Trainer() override;
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
-  /// Trains `module`; resumes from `ckpt_path` (a checkpoint file, or "last") when given.
+  /// Trains `module`; resumes from `ckpt_path` (a checkpoint file, or "last") when given. Each of
+  /// fit / validate / test ends with Strategy::finalize(), which throws DistributedError on every
+  /// rank if a rank this process launched has failed.
   void fit(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader = nullptr,
            const std::string& ckpt_path = "");
   /// Runs one validation epoch; returns the epoch-level metrics.
-  std::map<std::string, double> validate(LightningModule& module, DataLoader& loader, const std::string& ckpt_path = "");
+  std::map<std::string, double> validate(LightningModule& module, DataLoader& loader,
+                                         const std::string& ckpt_path = "");
   std::map<std::string, double> test(LightningModule& module, DataLoader& loader, const std::string& ckpt_path = "");
 
   /// Writes a checkpoint of the current state (every rank must call it).
   void save_checkpoint(const std::string& path, bool weights_only = false);
 
   // ---- state, as Lightning exposes it ------------------------------------------------------
-  int64_t current_epoch() const { return current_epoch_; }
-  int64_t global_step() const { return global_step_; }
+  int64_t current_epoch() const { return fit_loop_.progress().epoch; }
+  int64_t global_step() const { return fit_loop_.progress().global_step; }
   bool should_stop = false;
-  bool sanity_checking() const { return stage_ == Stage::Sanity; }
-  bool training() const { return stage_ == Stage::Train; }
-  int64_t num_training_batches() const { return num_training_batches_; }
+  bool sanity_checking() const { return stage_ == RunningStage::Sanity; }
+  bool training() const { return stage_ == RunningStage::Train; }
+  int64_t num_training_batches() const { return fit_loop_.num_training_batches(); }
   int64_t max_steps() const { return options_.max_steps; }
   int64_t max_epochs() const { return options_.effective_max_epochs(); }
   int64_t global_rank() const { return strategy_->global_rank(); }
@@ -56,8 +70,8 @@ class Trainer {
   LightningModule* module() { return module_; }
   std::vector<std::shared_ptr<Callback>>& callbacks() { return callbacks_; }
   /// Last value of every metric logged (step values, then epoch means once an epoch ends).
-  const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
-  const std::map<std::string, double>& progress_bar_metrics() const { return progress_bar_metrics_; }
+  const std::map<std::string, double>& callback_metrics() const { return metrics_.callback_metrics(); }
+  const std::map<std::string, double>& progress_bar_metrics() const { return metrics_.progress_bar_metrics(); }
   /// The logger's version directory ("" when logging is off or on ranks other than 0).
   std::string log_dir() const { return logger_ ? logger_->log_dir() : std::string(); }
   CSVLogger* logger() { return logger_.get(); }
@@ -65,54 +79,31 @@ class Trainer {
   void set_config(const YAML::Node& config) { config_ = config; }
 
   /// Called by LightningModule::log.
-  void log_metric(const std::string& name, const torch::Tensor& value, const LogOptions& options);
+  void log_metric(const std::string& name, const torch::Tensor& value, const LogOptions& options) override;
 
  private:
-  enum class Stage { None, Sanity, Train, Validate, Test };
   void setup(LightningModule& module, const std::string& stage);
+  void add_default_callbacks(const std::string& stage);
+  /// The end of a call: logger flushed, teardown hooks, the strategy's teardown and finalize().
   void finish(LightningModule& module, const std::string& stage);
-  void train_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_t start_batch);
-  void optimizer_step_and_schedule();
-  void run_eval(DataLoader& loader, Stage stage, int64_t max_batches);
-  bool done() const;
-  void restore(const std::string& ckpt_path);
-  std::string resolve_ckpt_path(const std::string& ckpt_path) const;
-  void flush_step_metrics();
-  /// Running (sum, count) of each on_epoch metric of one loop.
-  using EpochAccum = std::map<std::string, std::pair<double, int64_t>>;
-  /// The means of `accum` into callback_metrics (also "x" for "x_epoch"); returns them.
-  std::map<std::string, double> publish_epoch_metrics(const EpochAccum& accum);
-  /// Publishes the means, logs them as one row at the current step and clears `accum`.
-  std::map<std::string, double> finish_epoch_metrics(EpochAccum& accum);
-  /// The end of a training epoch, whole or cut short by max_steps / should_stop (as Lightning):
-  /// on_train_epoch_end hooks, then the epoch-level training metrics are logged.
-  void end_train_epoch();
-  template <class F>
-  void call_callbacks(F&& f);
 
+  // Declaration order is construction order: the parts borrow the members above them.
   TrainerOptions options_;
   std::unique_ptr<Strategy> strategy_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::unique_ptr<CSVLogger> logger_;
   YAML::Node config_;
-
   LightningModule* module_ = nullptr;
   OptimizerConfig opt_config_;
   bool module_ready_ = false;
-  Stage stage_ = Stage::None;
-  int64_t current_epoch_ = 0;
-  int64_t global_step_ = 0;
-  int64_t batch_in_epoch_ = 0;  // batches finished in the current epoch (for mid-epoch resume)
-  int64_t num_training_batches_ = 0;
-  DataLoader* val_loader_ = nullptr;
+  RunningStage stage_ = RunningStage::None;
 
-  std::map<std::string, double> step_metrics_;
-  // Training and evaluation (validation / test) accumulate epoch metrics separately: a validation
-  // run in the middle of a training epoch neither resets nor logs the training epoch's values.
-  EpochAccum train_epoch_accum_;
-  EpochAccum eval_epoch_accum_;
-  std::map<std::string, double> callback_metrics_;
-  std::map<std::string, double> progress_bar_metrics_;
+  HookDispatcher hooks_{*this, callbacks_};
+  Metrics metrics_{*strategy_};
+  EvaluationLoop evaluation_loop_{*strategy_, hooks_, metrics_, stage_};
+  FitLoop fit_loop_{options_, *strategy_, hooks_, metrics_, evaluation_loop_, opt_config_, stage_, should_stop};
+  CheckpointConnector checkpoint_connector_{*this,  options_,  *strategy_,  callbacks_,
+                                            hooks_, fit_loop_, opt_config_, config_};
 };
 
 }  // namespace volt

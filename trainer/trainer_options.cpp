@@ -2,34 +2,50 @@
 
 #include <torch/cuda.h>
 
+#include <algorithm>
+#include <thread>
+
 namespace volt {
 
 void TrainerOptions::validate() {
-  if (accelerator == "auto" || accelerator == "gpu") accelerator = torch::cuda::is_available() ? "cuda" : "cpu";
-  VOLT_CHECK(accelerator == "cpu" || accelerator == "cuda", ConfigError, "config key 'trainer.accelerator': unknown value '",
-             accelerator, "'; valid: cpu, cuda, gpu, auto");
+  // "auto" falls back to the CPU; "gpu" is a request for one, as in Lightning.
+  if (accelerator == "auto") accelerator = torch::cuda::is_available() ? "cuda" : "cpu";
+  if (accelerator == "gpu") accelerator = "cuda";
+  VOLT_CHECK(accelerator == "cpu" || accelerator == "cuda", ConfigError,
+             "config key 'trainer.accelerator': unknown value '", accelerator, "'; valid: cpu, cuda, gpu, auto");
   VOLT_CHECK(accelerator != "cuda" || torch::cuda::is_available(), ConfigError,
              "config key 'trainer.accelerator': 'cuda' requested but this LibTorch has no CUDA or no GPU is visible;"
              " use accelerator: cpu");
   VOLT_CHECK(devices >= 1, ConfigError, "config key 'trainer.devices': must be >= 1, got ", devices);
+  if (accelerator == "cpu") {
+    // Each device is a process with its share of the cores; far more processes than cores only
+    // thrash (and a typo like 1000 would fork until memory runs out).
+    const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+    VOLT_CHECK(devices <= 8 * cores, ConfigError, "config key 'trainer.devices': ", devices,
+               " CPU processes on a machine with ", cores, " cores; at most ", 8 * cores, " (8 per core)");
+  } else {
+    const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+    VOLT_CHECK(devices <= std::max<int64_t>(gpus, 1) * 8, ConfigError, "config key 'trainer.devices': ", devices,
+               " processes for ", gpus, " visible GPU(s)");
+  }
   VOLT_CHECK(num_nodes >= 1, ConfigError, "config key 'trainer.num_nodes': must be >= 1, got ", num_nodes);
   VOLT_CHECK(max_epochs >= -1, ConfigError, "config key 'trainer.max_epochs': must be >= -1, got ", max_epochs);
   VOLT_CHECK(max_steps >= -1, ConfigError, "config key 'trainer.max_steps': must be >= -1, got ", max_steps);
-  VOLT_CHECK(check_val_every_n_epoch >= 1, ConfigError, "config key 'trainer.check_val_every_n_epoch': must be >= 1, got ",
-             check_val_every_n_epoch);
+  VOLT_CHECK(check_val_every_n_epoch >= 1, ConfigError,
+             "config key 'trainer.check_val_every_n_epoch': must be >= 1, got ", check_val_every_n_epoch);
   VOLT_CHECK(num_sanity_val_steps >= -1, ConfigError, "config key 'trainer.num_sanity_val_steps': must be >= -1, got ",
              num_sanity_val_steps);
   VOLT_CHECK(accumulate_grad_batches >= 1, ConfigError,
              "config key 'trainer.accumulate_grad_batches': must be >= 1, got ", accumulate_grad_batches);
   VOLT_CHECK(!gradient_clip_val || *gradient_clip_val >= 0, ConfigError,
              "config key 'trainer.gradient_clip_val': must be >= 0, got ", gradient_clip_val.value_or(0));
-  VOLT_CHECK(gradient_clip_algorithm == "norm" || gradient_clip_algorithm == "value", ConfigError,
+  VOLT_CHECK(gradient_clip_algorithm.is_valid(), ConfigError,
              "config key 'trainer.gradient_clip_algorithm': unknown value '", gradient_clip_algorithm,
              "'; valid: norm, value");
   VOLT_CHECK(log_every_n_steps >= 1, ConfigError, "config key 'trainer.log_every_n_steps': must be >= 1, got ",
              log_every_n_steps);
-  VOLT_CHECK(val_check_interval.is_fraction ? val_check_interval.value > 0 : val_check_interval.value >= 1,
-             ConfigError, "config key 'trainer.val_check_interval': must be a fraction in (0, 1] or a batch count >= 1");
+  VOLT_CHECK(val_check_interval.is_fraction ? val_check_interval.value > 0 : val_check_interval.value >= 1, ConfigError,
+             "config key 'trainer.val_check_interval': must be a fraction in (0, 1] or a batch count >= 1");
   VOLT_CHECK(!default_root_dir.empty(), ConfigError, "config key 'trainer.default_root_dir': must not be empty");
   strategy.validate();
 }

@@ -26,7 +26,7 @@ struct TrainerOptions {
   int64_t num_sanity_val_steps = 2;
   int64_t accumulate_grad_batches = 1;
   std::optional<double> gradient_clip_val;
-  std::string gradient_clip_algorithm = "norm";
+  Choice<GradientClipAlgorithm> gradient_clip_algorithm = GradientClipAlgorithm::Norm;
   int64_t log_every_n_steps = 50;
   std::string default_root_dir = ".";
   bool enable_checkpointing = true;
@@ -35,6 +35,9 @@ struct TrainerOptions {
   bool logger = true;  // CSV logger under default_root_dir/lightning_logs/version_N
   std::optional<int64_t> seed;
   bool deterministic = false;
+  /// LibTorch's anomaly detection during fit: backward names the forward operation whose gradient
+  /// turned nan (slow; for debugging), as Lightning's detect_anomaly.
+  bool detect_anomaly = false;
 
   template <class V>
   void visit(V& v) {
@@ -47,7 +50,7 @@ struct TrainerOptions {
         "gradient_clip_algorithm", gradient_clip_algorithm)("log_every_n_steps", log_every_n_steps)(
         "default_root_dir", default_root_dir)("enable_checkpointing", enable_checkpointing)(
         "enable_progress_bar", enable_progress_bar)("enable_model_summary", enable_model_summary)("logger", logger)(
-        "seed", seed)("deterministic", deterministic);
+        "seed", seed)("deterministic", deterministic)("detect_anomaly", detect_anomaly);
   }
   /// Checks every value and normalizes names; throws ConfigError naming the key.
   void validate();

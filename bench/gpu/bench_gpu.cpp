@@ -4,8 +4,8 @@
 // usage: bench_gpu DATA_DIR OUT_JSON VARIANT [--ninp 1024 --nhead 64 --nhid 4096 --nlayers 32
 //        --batch 8 --block 256 --steps 30 --warmup 5]
 // VARIANT: fsdp | fsdp_ac | fsdp_offload | fsdp_fp16 (16-mixed) | ddp | single
-#include <torch/cuda.h>
 #include <spdlog/spdlog.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1], out = argv[2], variant = argv[3];
-  std::map<std::string, int64_t> a = {{"ninp", 1024}, {"nhead", 64}, {"nhid", 4096}, {"nlayers", 32},
+  std::map<std::string, int64_t> a = {{"ninp", 1024}, {"nhead", 64},  {"nhid", 4096}, {"nlayers", 32},
                                       {"batch", 8},   {"block", 256}, {"steps", 30},  {"warmup", 5}};
   for (int i = 4; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = std::stoll(argv[i + 1]);
   spdlog::set_level(spdlog::level::warn);

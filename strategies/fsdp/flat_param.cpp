@@ -7,10 +7,13 @@
 
 namespace volt::detail {
 
-FlatParam::FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries, int64_t shard_rank,
-                     int64_t shard_size, at::ScalarType param_dtype, torch::Device device, bool offload)
-    : unit_name_(std::move(unit_name)), entries_(std::move(entries)), shard_rank_(shard_rank),
-      shard_size_(shard_size), param_dtype_(param_dtype) {
+FlatParam::FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries, int64_t shard_rank, int64_t shard_size,
+                     at::ScalarType param_dtype, torch::Device device, bool offload)
+    : unit_name_(std::move(unit_name)),
+      entries_(std::move(entries)),
+      shard_rank_(shard_rank),
+      shard_size_(shard_size),
+      param_dtype_(param_dtype) {
   // With CPU offload the shard (and so its gradient and the optimizer state) lives in pinned host
   // memory; only the gathered parameters are on the compute device.
   offload_ = offload && !device.is_cpu();

@@ -6,18 +6,19 @@ namespace volt::detail {
 
 FSDPMesh::FSDPMesh(const FSDPOptions& options, int64_t devices, int64_t num_nodes) {
   const int64_t world = devices * num_nodes;
-  const std::string& s = options.sharding_strategy;
-  if (s == "NO_SHARD") {
+  const ShardingStrategy s = options.sharding_strategy.value();
+  if (s == ShardingStrategy::NoShard) {
     shard_size_ = 1;
     replicate_size_ = world;
-  } else if (s == "HYBRID_SHARD" || s == "_HYBRID_SHARD_ZERO2") {
+  } else if (s == ShardingStrategy::HybridShard || s == ShardingStrategy::HybridShardZero2) {
     std::vector<int64_t> mesh = options.device_mesh;
     if (mesh.empty()) mesh = {num_nodes, devices};
     VOLT_CHECK(mesh[0] * mesh[1] == world, ConfigError, "config key 'trainer.strategy.device_mesh': (", mesh[0], ", ",
                mesh[1], ") has ", mesh[0] * mesh[1], " ranks but the world has ", world,
                " (devices x num_nodes); replicate_size x shard_size must equal it");
     VOLT_CHECK(options.auto_wrap_policy.empty() == false || !options.device_mesh.empty(), ConfigError,
-               "config key 'trainer.strategy': ", s, " needs an auto_wrap_policy or a device_mesh");
+               "config key 'trainer.strategy': ", options.sharding_strategy,
+               " needs an auto_wrap_policy or a device_mesh");
     replicate_size_ = mesh[0];
     shard_size_ = mesh[1];
   } else {

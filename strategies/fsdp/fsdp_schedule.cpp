@@ -37,7 +37,8 @@ void FSDPSchedule::install(std::vector<FSDPUnit> units) {
   std::weak_ptr<bool> alive = alive_;
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     FSDPUnit& u = units_[ui];
-    if (ui > 0) dynamic_cast<HookedModule*>(u.module)->add_interceptor(std::make_shared<UnitInterceptor>(this, ui, alive_), 0);
+    if (ui > 0)
+      dynamic_cast<HookedModule*>(u.module)->add_interceptor(std::make_shared<UnitInterceptor>(this, ui, alive_), 0);
     for (auto& e : u.flat->entries()) {
       if (!e.param.requires_grad()) continue;
       accumulators_.push_back(add_grad_ready_hook(e.param, [this, ui, alive] {
@@ -137,8 +138,7 @@ void FSDPSchedule::on_grads_ready(size_t ui) {
   // Without sync (an accumulation micro-step) the full gradients stay in param.grad and
   // accumulate; only the parameters are freed.
   if (sync_)
-    u.flat->reduce_gradients(mesh_.shard_group(), mesh_.replicate_group(), options_.reduce_dtype,
-                             options_.world_size);
+    u.flat->reduce_gradients(mesh_.shard_group(), mesh_.replicate_group(), options_.reduce_dtype, options_.world_size);
   u.state = TrainingState::PostBackward;
   // A unit with a frozen parameter stays gathered until finish_backward (see FSDPUnit::has_frozen).
   if (ui != 0 && (!u.has_frozen || !in_backward_)) reshard(ui);

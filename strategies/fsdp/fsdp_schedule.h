@@ -25,14 +25,13 @@
 
 #include "volt/strategies/fsdp/fsdp_mesh.h"
 #include "volt/strategies/fsdp/fsdp_unit.h"
+#include "volt/strategies/strategy_options.h"
 
 namespace torch::autograd {
 struct Node;
 }
 
 namespace volt::detail {
-
-enum class BackwardPrefetch { BackwardPre, BackwardPost, None };
 
 struct FSDPScheduleOptions {
   bool free_after_forward = true;  // FULL_SHARD / HYBRID_SHARD

@@ -7,19 +7,12 @@
 #include <set>
 #include <sstream>
 
+#include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/module/lightning_module.h"
 #include "volt/strategies/module_policy.h"
 
 namespace volt {
-
-namespace {
-detail::BackwardPrefetch backward_prefetch(const std::string& s) {
-  if (s == "BACKWARD_PRE") return detail::BackwardPrefetch::BackwardPre;
-  if (s == "BACKWARD_POST") return detail::BackwardPrefetch::BackwardPost;
-  return detail::BackwardPrefetch::None;
-}
-}  // namespace
 
 FSDPStrategy::FSDPStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes,
                            FSDPOptions options)
@@ -29,13 +22,17 @@ FSDPStrategy::FSDPStrategy(Precision precision, std::string accelerator, int64_t
       mesh_(options_, devices, num_nodes) {
   // Mixed precision: derived from the Trainer's precision unless given explicitly.
   const bool bf16 = precision_.compute_dtype() == at::kBFloat16 || precision_.compute_dtype() == at::kHalf;
-  param_dtype_ = options_.param_dtype ? Precision::dtype_from_name(*options_.param_dtype, "trainer.strategy.param_dtype")
-                                      : (bf16 ? precision_.compute_dtype() : at::kFloat);
+  param_dtype_ = options_.param_dtype
+                     ? Precision::dtype_from_name(*options_.param_dtype, "trainer.strategy.param_dtype")
+                     : (bf16 ? precision_.compute_dtype() : at::kFloat);
   reduce_dtype_ = options_.reduce_dtype
                       ? Precision::dtype_from_name(*options_.reduce_dtype, "trainer.strategy.reduce_dtype")
                       : param_dtype_;
   if (options_.buffer_dtype)
     buffer_dtype_ = Precision::dtype_from_name(*options_.buffer_dtype, "trainer.strategy.buffer_dtype");
+  VOLT_CHECK(accelerator_ != "cpu" || compat::kCpuHalfMatmul || param_dtype_ != at::kHalf, ConfigError,
+             "config key 'trainer.strategy.param_dtype': float16 has no CPU matmul kernels in this LibTorch; use "
+             "bfloat16 on the CPU (or accelerator: cuda)");
 }
 
 FSDPStrategy::~FSDPStrategy() = default;
@@ -63,8 +60,8 @@ std::vector<detail::FSDPUnit> FSDPStrategy::make_units(LightningModule& module) 
   // cpu_offload matters only with a GPU: on the CPU everything already lives in host memory.
   const bool offload = options_.cpu_offload && !root_device().is_cpu();
   auto flat = [&](const std::string& name, std::vector<detail::FlatParamEntry> e) {
-    return std::make_unique<detail::FlatParam>(name, std::move(e), mesh_.shard_rank(), mesh_.shard_size(),
-                                               param_dtype_, root_device(), offload);
+    return std::make_unique<detail::FlatParam>(name, std::move(e), mesh_.shard_rank(), mesh_.shard_size(), param_dtype_,
+                                               root_device(), offload);
   };
   std::vector<detail::FSDPUnit> units;
   units.emplace_back("", &module, flat("<root>", std::move(root)));
@@ -82,9 +79,9 @@ void FSDPStrategy::setup_module(LightningModule& module) {
     for (auto& kv : module.named_buffers()) kv.value().set_data(kv.value().to(*buffer_dtype_));
   }
   detail::FSDPScheduleOptions so;
-  const std::string& s = options_.sharding_strategy;
-  so.free_after_forward = s == "FULL_SHARD" || s == "HYBRID_SHARD";
-  so.backward_prefetch = backward_prefetch(options_.backward_prefetch);
+  const ShardingStrategy s = options_.sharding_strategy.value();
+  so.free_after_forward = s == ShardingStrategy::FullShard || s == ShardingStrategy::HybridShard;
+  so.backward_prefetch = options_.backward_prefetch.value();
   so.forward_prefetch = options_.forward_prefetch;
   so.limit_all_gathers = options_.limit_all_gathers;
   so.reduce_dtype = reduce_dtype_;
@@ -93,8 +90,9 @@ void FSDPStrategy::setup_module(LightningModule& module) {
   schedule_ = std::make_unique<detail::FSDPSchedule>(so, mesh_);
   schedule_->install(make_units(module));
   const bool offload = schedule_->units()[0].flat->offloaded();
-  spdlog::info("FSDP {}: {} unit(s) + root, shard group {} x replicate {}, param dtype {}{}", s,
-               schedule_->units().size() - 1, mesh_.shard_size(), mesh_.replicate_size(), c10::toString(param_dtype_),
+  spdlog::info("FSDP {}: {} unit(s) + root, shard group {} x replicate {}, param dtype {}{}",
+               options_.sharding_strategy.text(), schedule_->units().size() - 1, mesh_.shard_size(),
+               mesh_.replicate_size(), c10::toString(param_dtype_),
                offload ? ", shards and optimizer state offloaded to pinned host memory" : "");
 }
 

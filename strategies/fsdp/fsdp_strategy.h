@@ -62,7 +62,7 @@ class FSDPStrategy : public ParallelStrategy {
   /// them (memory: one unit). "sharded": every rank writes its own flat ranges, no gathering. Either
   /// is read back as just this rank's ranges, whatever world size, wrap policy or sharding
   /// strategy wrote it.
-  std::string checkpoint_format() const override { return options_.state_dict_type; }
+  std::string checkpoint_format() const override { return options_.state_dict_type.text(); }
   StateLayout state_layout(LightningModule& module, torch::optim::Optimizer* optimizer) override;
 
   // ---- introspection (tests, summaries, benchmarks) -------------------------------------------

@@ -1,6 +1,6 @@
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -122,15 +122,16 @@ TEST_CASE("ModelCheckpoint keeps the save_top_k best files by monitor", "[callba
     std::string best;
   };
   // 2 batches per epoch: epoch e ends at step 2(e+1). val_loss by epoch: 0.5 0.3 0.4 0.1 0.6.
-  for (const auto& c : {Case{"min", 2, {"epoch=1-step=4.ckpt", "epoch=3-step=8.ckpt"}, "epoch=3-step=8.ckpt"},
-                        Case{"max", 2, {"epoch=0-step=2.ckpt", "epoch=4-step=10.ckpt"}, "epoch=4-step=10.ckpt"},
-                        Case{"min", 1, {"epoch=3-step=8.ckpt"}, "epoch=3-step=8.ckpt"},
-                        Case{"min", 3, {"epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt", "epoch=3-step=8.ckpt"},
-                             "epoch=3-step=8.ckpt"},
-                        Case{"min", -1,
-                             {"epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt", "epoch=3-step=8.ckpt",
-                              "epoch=4-step=10.ckpt"},
-                             "epoch=3-step=8.ckpt"}}) {
+  for (const auto& c :
+       {Case{"min", 2, {"epoch=1-step=4.ckpt", "epoch=3-step=8.ckpt"}, "epoch=3-step=8.ckpt"},
+        Case{"max", 2, {"epoch=0-step=2.ckpt", "epoch=4-step=10.ckpt"}, "epoch=4-step=10.ckpt"},
+        Case{"min", 1, {"epoch=3-step=8.ckpt"}, "epoch=3-step=8.ckpt"},
+        Case{"min", 3, {"epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt", "epoch=3-step=8.ckpt"}, "epoch=3-step=8.ckpt"},
+        Case{"min",
+             -1,
+             {"epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt", "epoch=3-step=8.ckpt",
+              "epoch=4-step=10.ckpt"},
+             "epoch=3-step=8.ckpt"}}) {
     INFO("mode " << c.mode << " k " << c.k);
     const std::string root = temp_dir("cb-topk");
     ModelCheckpointOptions mo;
@@ -248,9 +249,7 @@ TEST_CASE("ModelCheckpoint filenames follow '{epoch}-{step}'", "[callbacks][mode
     t.fit(*m, train);
     return listing(root + "/checkpoints");
   };
-  SECTION("default: the latest only") {
-    CHECK(run({}, 2) == std::set<std::string>{"epoch=1-step=6.ckpt"});
-  }
+  SECTION("default: the latest only") { CHECK(run({}, 2) == std::set<std::string>{"epoch=1-step=6.ckpt"}); }
   SECTION("save_top_k -1 keeps all") {
     ModelCheckpointOptions mo;
     mo.save_top_k = -1;
@@ -361,7 +360,8 @@ TEST_CASE("EarlyStopping stops after patience checks without improvement", "[cal
       CHECK_THAT(e.what(), Contains("val_acc"));
     }
     eo.strict = false;
-    auto [epochs, es, stopped] = run(eo, [](int64_t) { return 1.0; }, 3);
+    auto [epochs, es, stopped] = run(
+        eo, [](int64_t) { return 1.0; }, 3);
     CHECK(epochs == 3);
     CHECK_FALSE(stopped);
   }
@@ -519,8 +519,10 @@ TEST_CASE("ModelSummary lists the submodules and parameter counts", "[callbacks]
   std::istringstream fs2(frozen);
   std::string trainable, non_trainable;
   for (std::string l; std::getline(fs2, l);) {
-    if (l.find("Non-trainable params") != std::string::npos) non_trainable = l;
-    else if (l.find("Trainable params") != std::string::npos) trainable = l;
+    if (l.find("Non-trainable params") != std::string::npos)
+      non_trainable = l;
+    else if (l.find("Trainable params") != std::string::npos)
+      trainable = l;
   }
   CHECK_THAT(trainable, Contains("40"));
   CHECK_THAT(non_trainable, Contains("10"));

@@ -1,10 +1,9 @@
 #pragma once
 // Shared helpers of the checkpoint tests: raw file bytes, expecting a CheckpointError, comparing
 // tensor maps.
-#include <catch2/catch.hpp>
-
 #include <torch/torch.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
 #include <string>

@@ -1,13 +1,12 @@
-#include <torch/torch.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <caffe2/serialize/inline_container.h>
-#include <catch2/catch.hpp>
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -373,8 +372,8 @@ TEST_CASE("a flipped byte in tensor data is detected", "[checkpoint]") {
   // Find a long run of 0.7f's bytes: that is inside the tensor's data record.
   const float v = 0.7f;
   std::vector<char> pattern;
-  for (int i = 0; i < 64; ++i) pattern.insert(pattern.end(), reinterpret_cast<const char*>(&v),
-                                              reinterpret_cast<const char*>(&v) + sizeof v);
+  for (int i = 0; i < 64; ++i)
+    pattern.insert(pattern.end(), reinterpret_cast<const char*>(&v), reinterpret_cast<const char*>(&v) + sizeof v);
   auto at = std::search(bytes.begin(), bytes.end(), pattern.begin(), pattern.end());
   REQUIRE(at != bytes.end());
   const size_t offset = static_cast<size_t>(at - bytes.begin()) + 4 * 1000 + 1;  // well inside the run

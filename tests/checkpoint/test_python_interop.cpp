@@ -3,8 +3,8 @@
 // model (tests/golden/make_demo_golden.py) and computes the same outputs. Skipped where
 // /usr/bin/python3 cannot import torch.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
@@ -54,17 +54,29 @@ int run_python(const std::string& dir, const std::string& script, const std::vec
 
 std::string python_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kLong: return "torch.int64";
-    case at::kInt: return "torch.int32";
-    case at::kShort: return "torch.int16";
-    case at::kChar: return "torch.int8";
-    case at::kByte: return "torch.uint8";
-    case at::kBool: return "torch.bool";
-    default: FAIL("no Python name for dtype " << t); return "";
+    case at::kFloat:
+      return "torch.float32";
+    case at::kDouble:
+      return "torch.float64";
+    case at::kHalf:
+      return "torch.float16";
+    case at::kBFloat16:
+      return "torch.bfloat16";
+    case at::kLong:
+      return "torch.int64";
+    case at::kInt:
+      return "torch.int32";
+    case at::kShort:
+      return "torch.int16";
+    case at::kChar:
+      return "torch.int8";
+    case at::kByte:
+      return "torch.uint8";
+    case at::kBool:
+      return "torch.bool";
+    default:
+      FAIL("no Python name for dtype " << t);
+      return "";
   }
 }
 
@@ -266,7 +278,8 @@ TEST_CASE("torch.load in Python reads a volt checkpoint: Lightning's keys, dtype
   {
     std::ofstream out(expected);
     out << "epoch " << c.epoch << "\nglobal_step " << c.global_step << "\nmeta_marker hello-from-volt\n";
-    for (const auto& [section, tensors] : std::vector<std::pair<const char*, const std::map<std::string, torch::Tensor>*>>{
+    for (const auto& [section, tensors] :
+         std::vector<std::pair<const char*, const std::map<std::string, torch::Tensor>*>>{
              {kModelSection, &c.state_dict}, {kOptimizerSection, &c.optimizer_state}, {kRngSection, &c.rng_states}})
       for (const auto& [name, t] : *tensors)
         out << "tensor " << section << " " << name << " " << python_dtype(t.scalar_type()) << " "
@@ -325,7 +338,8 @@ TEST_CASE("the demo model's checkpoint loads strictly into the Python demo model
     out << "output " << shape_text(output.sizes()) << " " << values_text(output) << "\n";
   }
   std::string log;
-  const int rc = run_python(dir, kCheckDemoModel, {path, expected, std::string(VOLT_SOURCE_DIR) + "/tests/golden"}, log);
+  const int rc =
+      run_python(dir, kCheckDemoModel, {path, expected, std::string(VOLT_SOURCE_DIR) + "/tests/golden"}, log);
   INFO(log);
   CHECK(rc == 0);
 }

@@ -1,8 +1,8 @@
 // Exact resume, resharding, consolidation and damaged checkpoints, with real rank processes (the
 // test worker, Gloo over loopback).
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -55,9 +55,10 @@ void flip_byte(const std::string& path, uint64_t offset) {
 
 }  // namespace
 
-TEST_CASE("a run stopped mid-epoch or killed and resumed is bitwise the uninterrupted run, for DDP and every FSDP "
-          "sharding strategy",
-          "[checkpoint][resume][multirank]") {
+TEST_CASE(
+    "a run stopped mid-epoch or killed and resumed is bitwise the uninterrupted run, for DDP and every FSDP "
+    "sharding strategy",
+    "[checkpoint][resume][multirank]") {
   struct Case {
     std::string strategy;
     int world;
@@ -168,7 +169,8 @@ TEST_CASE("a sharded FSDP checkpoint reshards: other world sizes, wrap policies 
       r.erase("trainer.max_steps");
       const WorkerResult resumed = run_ok(r, run);
       REQUIRE(resumed.losses.size() == 11);
-      for (size_t i = 0; i < resumed.losses.size(); ++i) CHECK(resumed.losses[i] == Approx(whole.losses[5 + i]).epsilon(1e-5));
+      for (size_t i = 0; i < resumed.losses.size(); ++i)
+        CHECK(resumed.losses[i] == Approx(whole.losses[5 + i]).epsilon(1e-5));
       CHECK(max_state_diff(resumed.state, whole.state) < 1e-4);
     }
   }
@@ -193,7 +195,8 @@ TEST_CASE("volt consolidate turns a sharded checkpoint into the full one, and da
   CheckpointReader sharded(ckpt);
   CHECK(sharded.format() == "sharded");
   bool split = false;
-  for (const auto& n : sharded.names(kModelSection)) split = split || sharded.tensor(kModelSection, n).pieces.size() == 2;
+  for (const auto& n : sharded.names(kModelSection))
+    split = split || sharded.tensor(kModelSection, n).pieces.size() == 2;
   CHECK(split);
 
   const std::string out = dir + "/full.ckpt";

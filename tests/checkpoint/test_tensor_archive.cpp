@@ -2,12 +2,11 @@
 // streaming writer and the verifying reader; the sharded folder format read through
 // CheckpointReader (checkpoint/checkpoint_reader.h, sharded_checkpoint.h); consolidation.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -114,11 +113,17 @@ TEST_CASE("xxh64 matches the reference xxHash on known vectors", "[checkpoint][x
   // libxxhash 0.8.1's XXH64 of bytes (i * 31 + 7) % 251.
   std::vector<unsigned char> data(size_t{1} << 20);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>((i * 31 + 7) % 251);
-  const std::vector<std::pair<size_t, uint64_t>> expected = {
-      {4, 0xC60D15B1E3FF8F04ULL},   {8, 0x3DA5C7AA269683E0ULL},   {15, 0xDEE89D8A065A6233ULL},
-      {31, 0x3391303D485E846EULL},  {32, 0x40B7AFF75D45BBC8ULL},  {47, 0xBE144774A53030C0ULL},
-      {63, 0x2944B4DAFC69B206ULL},  {64, 0xBB76F6EF19BD5A1BULL},  {100, 0xF0B29A915621716DULL},
-      {1000, 0x9E3300C1CDE3C58DULL}, {size_t{1} << 20, 0x9D70CECFF6AD57CDULL}};
+  const std::vector<std::pair<size_t, uint64_t>> expected = {{4, 0xC60D15B1E3FF8F04ULL},
+                                                             {8, 0x3DA5C7AA269683E0ULL},
+                                                             {15, 0xDEE89D8A065A6233ULL},
+                                                             {31, 0x3391303D485E846EULL},
+                                                             {32, 0x40B7AFF75D45BBC8ULL},
+                                                             {47, 0xBE144774A53030C0ULL},
+                                                             {63, 0x2944B4DAFC69B206ULL},
+                                                             {64, 0xBB76F6EF19BD5A1BULL},
+                                                             {100, 0xF0B29A915621716DULL},
+                                                             {1000, 0x9E3300C1CDE3C58DULL},
+                                                             {size_t{1} << 20, 0x9D70CECFF6AD57CDULL}};
   for (const auto& [n, h] : expected) {
     INFO(n << " bytes");
     CHECK(volt::detail::xxh64(data.data(), n) == h);
@@ -181,14 +186,14 @@ TEST_CASE("ArchiveReader::read_flat across 4 MiB checksum chunks equals the slic
   const torch::Tensor flat = big_tensor();
   CHECK(torch::equal(r.read("s", "big"), flat));
   const std::vector<std::pair<int64_t, int64_t>> ranges = {
-      {0, 1},                                   // first element
-      {kFloatsPerChunk - 10, 20},               // across the first boundary
-      {kFloatsPerChunk, 5},                     // starts on a boundary
-      {kFloatsPerChunk - 1, 1},                 // last element of a chunk
-      {1000000, 1200000},                       // spans all three chunks
+      {0, 1},                                                          // first element
+      {kFloatsPerChunk - 10, 20},                                      // across the first boundary
+      {kFloatsPerChunk, 5},                                            // starts on a boundary
+      {kFloatsPerChunk - 1, 1},                                        // last element of a chunk
+      {1000000, 1200000},                                              // spans all three chunks
       {2 * kFloatsPerChunk - 3, 3000000 - (2 * kFloatsPerChunk - 3)},  // to the end
-      {2999999, 1},                             // last element
-      {0, 3000000}};                            // everything
+      {2999999, 1},                                                    // last element
+      {0, 3000000}};                                                   // everything
   for (const auto& [start, length] : ranges) {
     INFO("elements [" << start << ", " << start + length << ")");
     const torch::Tensor got = r.read_flat("s", "big", start, length);
@@ -283,7 +288,8 @@ TEST_CASE("a flipped byte fails the reads of its checksum chunk only", "[checkpo
   CHECK_THAT(msg, Contains("big"));
   // Ranges in the other chunks still read, verified.
   CHECK(torch::equal(r.read_flat("s", "big", 0, 1000), flat.narrow(0, 0, 1000)));
-  CHECK(torch::equal(r.read_flat("s", "big", 2 * kFloatsPerChunk + 10, 1000), flat.narrow(0, 2 * kFloatsPerChunk + 10, 1000)));
+  CHECK(torch::equal(r.read_flat("s", "big", 2 * kFloatsPerChunk + 10, 1000),
+                     flat.narrow(0, 2 * kFloatsPerChunk + 10, 1000)));
   // A range holding the byte, or only reaching into its chunk, does not.
   CHECK_THAT(checkpoint_error([&] { r.read_flat("s", "big", element - 2, 4); }), Contains("checksum"));
   CHECK_THAT(checkpoint_error([&] { r.read_flat("s", "big", kFloatsPerChunk - 5, 10); }), Contains("checksum"));
@@ -341,7 +347,8 @@ TEST_CASE("CheckpointReader reads a full checkpoint tensor by tensor", "[checkpo
   CHECK_THAT(checkpoint_error([&] { r.read_flat(kModelSection, "layer.weight", 15, 6); }), Contains("out of range"));
 }
 
-TEST_CASE("CheckpointReader on a folder that is not a sharded checkpoint is a CheckpointError", "[checkpoint][reader]") {
+TEST_CASE("CheckpointReader on a folder that is not a sharded checkpoint is a CheckpointError",
+          "[checkpoint][reader]") {
   const std::string dir = temp_dir("reader-folder");
   write_bytes(dir + "/something.txt", "x", 1);
   auto msg = checkpoint_error([&] { CheckpointReader r(dir); });

@@ -1,9 +1,8 @@
 #pragma once
 // Runs the `volt` CLI (VOLT_CLI) on configs/tiny.yaml: the demo Transformer on the shipped
 // WikiText-2, for tests that compare whole training runs of the demo across strategies.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -2,10 +2,10 @@
 // works and the loss goes down, the log directory holds what Lightning's CSVLogger and LightningCLI
 // write, --print_config round-trips, bad configs fail before any work, validate and test run.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -51,8 +51,12 @@ CliRun run_cli(const std::vector<std::string>& args, const std::string& dir, int
 /// `sub --config tiny.yaml` writing under `root`, reading the offline data, quiet.
 std::vector<std::string> tiny_args(const std::string& sub, const std::string& root,
                                    const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> a{sub, "--config", kTiny, "--trainer.default_root_dir=" + root,
-                             "--data.data_dir=" + kDataDir, "--trainer.enable_progress_bar=false"};
+  std::vector<std::string> a{sub,
+                             "--config",
+                             kTiny,
+                             "--trainer.default_root_dir=" + root,
+                             "--data.data_dir=" + kDataDir,
+                             "--trainer.enable_progress_bar=false"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -185,9 +189,9 @@ TEST_CASE("volt fit on the tiny config trains, logs as Lightning and validates f
     CHECK(vcsv.header == std::vector<std::string>{"epoch", "step", "val_loss"});
     CHECK(vcsv.rows.size() == 1);
 
-    const auto test = run_cli(tiny_args("test", root, {"--ckpt_path", root + "/checkpoints/last.ckpt",
-                                                       "--trainer.limit_test_batches=3"}),
-                              root);
+    const auto test = run_cli(
+        tiny_args("test", root, {"--ckpt_path", root + "/checkpoints/last.ckpt", "--trainer.limit_test_batches=3"}),
+        root);
     INFO(test.output);
     REQUIRE(test.code == 0);
     const double test_loss = printed_metric(test.output, "test_loss");
@@ -226,7 +230,7 @@ TEST_CASE("volt fit --print_config prints YAML that parses back and does not tra
   REQUIRE_NOTHROW(cfg = YAML::Load(r.output));
   REQUIRE(cfg.IsMap());
   CHECK(cfg["trainer"]["max_steps"].as<int64_t>() == 7);
-  CHECK(cfg["trainer"]["log_every_n_steps"].as<int64_t>() == 5);  // from tiny.yaml
+  CHECK(cfg["trainer"]["log_every_n_steps"].as<int64_t>() == 5);                 // from tiny.yaml
   CHECK(cfg["trainer"]["gradient_clip_algorithm"].as<std::string>() == "norm");  // a default filled in
   CHECK(cfg["model"]["nhid"].as<int64_t>() == 48);
   CHECK(cfg["data"]["block_size"].as<int64_t>() == 16);

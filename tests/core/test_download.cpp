@@ -1,8 +1,8 @@
 // Fetching missing data files (core/download.h) through WikiText2Data's `url`, tested offline with
 // file:// URLs; and the errors when a file is missing or the URL is bad.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -93,7 +93,7 @@ TEST_CASE("WikiText2Data fetches missing files from a file:// url and loads them
   write_splits(src);
   demos::WikiText2DataOptions o;
   o.data_dir = dir + "/data";  // does not exist yet
-  o.url = "file://" + src;    // no trailing slash: WikiText2Data adds it
+  o.url = "file://" + src;     // no trailing slash: WikiText2Data adds it
   o.block_size = 4;
   o.batch_size = 2;
   o.shuffle = false;

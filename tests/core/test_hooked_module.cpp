@@ -1,6 +1,6 @@
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <string>
 
 #include "volt/core/errors.h"
@@ -39,8 +39,8 @@ using Catch::Matchers::Contains;
 
 TEST_CASE("TrainerOptions defaults are Lightning's", "[options]") {
   // Both a default-constructed struct and an empty/missing YAML section give Lightning's defaults.
-  for (const TrainerOptions& o : {TrainerOptions{}, parse_trainer("trainer: {}"), parse_trainer("model: {x: 1}"),
-                                  parse_trainer("trainer:")}) {
+  for (const TrainerOptions& o :
+       {TrainerOptions{}, parse_trainer("trainer: {}"), parse_trainer("model: {x: 1}"), parse_trainer("trainer:")}) {
     CHECK(o.log_every_n_steps == 50);
     CHECK(o.num_sanity_val_steps == 2);
     CHECK(o.accumulate_grad_batches == 1);
@@ -212,17 +212,19 @@ trainer:
     CHECK(o.strategy.fsdp.auto_wrap_policy.module_types == std::vector<std::string>{"Block"});
 
     auto d = parse_trainer(
-        "trainer:\n  strategy:\n    class_path: lightning.pytorch.strategies.DDPStrategy\n    init_args: {bucket_cap_mb: 50}\n");
+        "trainer:\n  strategy:\n    class_path: lightning.pytorch.strategies.DDPStrategy\n    init_args: "
+        "{bucket_cap_mb: 50}\n");
     CHECK(d.strategy.name == "ddp");
     CHECK(d.strategy.ddp.bucket_cap_mb == 50.0);
 
     auto bare = parse_trainer("trainer:\n  strategy:\n    class_path: SingleDeviceStrategy\n");
     CHECK(bare.strategy.name == "single_device");
 
-    CHECK_THAT(config_error([] {
-                 parse_trainer("trainer:\n  strategy:\n    class_path: lightning.pytorch.strategies.DeepSpeedStrategy\n");
-               }),
-               Contains("trainer.strategy.class_path"));
+    CHECK_THAT(
+        config_error([] {
+          parse_trainer("trainer:\n  strategy:\n    class_path: lightning.pytorch.strategies.DeepSpeedStrategy\n");
+        }),
+        Contains("trainer.strategy.class_path"));
     CHECK_THAT(config_error([] {
                  parse_trainer(
                      "trainer:\n  strategy:\n    class_path: lightning.pytorch.strategies.FSDPStrategy\n"
@@ -233,10 +235,12 @@ trainer:
   SECTION("another strategy's keys are rejected") {
     CHECK_THAT(config_error([] { parse_trainer("trainer:\n  strategy: {name: fsdp, bucket_cap_mb: 50}\n"); }),
                Contains("trainer.strategy.bucket_cap_mb"));
-    CHECK_THAT(config_error([] { parse_trainer("trainer:\n  strategy: {name: fsdp, find_unused_parameters: true}\n"); }),
-               Contains("trainer.strategy.find_unused_parameters"));
-    CHECK_THAT(config_error([] { parse_trainer("trainer:\n  strategy: {name: ddp, sharding_strategy: FULL_SHARD}\n"); }),
-               Contains("trainer.strategy.sharding_strategy"));
+    CHECK_THAT(
+        config_error([] { parse_trainer("trainer:\n  strategy: {name: fsdp, find_unused_parameters: true}\n"); }),
+        Contains("trainer.strategy.find_unused_parameters"));
+    CHECK_THAT(
+        config_error([] { parse_trainer("trainer:\n  strategy: {name: ddp, sharding_strategy: FULL_SHARD}\n"); }),
+        Contains("trainer.strategy.sharding_strategy"));
   }
   SECTION("a map needs a name") {
     CHECK_THAT(config_error([] { parse_trainer("trainer:\n  strategy: {sharding_strategy: FULL_SHARD}\n"); }),
@@ -329,9 +333,7 @@ TEST_CASE("options_to_yaml round-trips through text", "[options]") {
     o.strategy.ddp.static_graph = true;
     o.strategy.activation_checkpointing_policy.module_types = {"Block"};
   }
-  SECTION("auto") {
-    o.strategy.activation_checkpointing_policy.min_num_params = 10;
-  }
+  SECTION("auto") { o.strategy.activation_checkpointing_policy.min_num_params = 10; }
 
   const std::string text = YAML::Dump(options_to_yaml(o));
   YAML::Node doc;

@@ -1,9 +1,9 @@
 // The demo LightningModule: options, lazy model construction, optimizers, and a short run through
 // the Trainer on WikiText-2.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 
@@ -34,9 +34,11 @@ TEST_CASE("LanguageModel: options are Lightning's defaults, flat under model:", 
   CHECK(o.lr == 0.1);
   CHECK(o.vocab_size == 33278);
   auto y = volt::options_to_yaml(o);
-  for (const char* key : {"vocab_size", "ninp", "nhead", "nhid", "nlayers", "dropout", "optimizer", "lr", "weight_decay"})
+  for (const char* key :
+       {"vocab_size", "ninp", "nhead", "nhid", "nlayers", "dropout", "optimizer", "lr", "weight_decay"})
     CHECK(y[key]);
-  auto r = volt::options_from_yaml<LanguageModelOptions>(YAML::Load("{ninp: 32, optimizer: adamw, lr: 0.001}"), "model");
+  auto r =
+      volt::options_from_yaml<LanguageModelOptions>(YAML::Load("{ninp: 32, optimizer: adamw, lr: 0.001}"), "model");
   CHECK(r.ninp == 32);
   CHECK(r.optimizer == "adamw");
   CHECK(r.lr == 0.001);
@@ -116,7 +118,8 @@ TEST_CASE("LanguageModel: configure_optimizers gives SGD or AdamW", "[demos][lan
   }
 }
 
-TEST_CASE("LanguageModel: trains, validates and tests on WikiText-2 through the Trainer", "[demos][language_model][trainer]") {
+TEST_CASE("LanguageModel: trains, validates and tests on WikiText-2 through the Trainer",
+          "[demos][language_model][trainer]") {
   const std::string dir = std::string(VOLT_SOURCE_DIR) + "/../shared/data/wikitext-2";
   if (!std::filesystem::exists(dir + "/valid.txt")) {
     WARN("WikiText-2 data not found in " << dir << ": skipped");

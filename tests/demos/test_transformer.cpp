@@ -1,9 +1,9 @@
 // The demo Transformer against PyTorch: parameter names/shapes, loss and gradients for the same
 // weights (golden from tests/golden/make_demo_golden.py), interception, precision.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
 #include <iterator>

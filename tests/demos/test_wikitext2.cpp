@@ -1,16 +1,16 @@
 // WikiText2 tokenization against Lightning's Python implementation (golden from
 // tests/golden/make_demo_golden.py on ../shared/data/wikitext-2).
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
 #include "volt/core/errors.h"
 #include "volt/core/files.h"
 #include "volt/demos/wikitext2.h"
-#include "volt/trainer/data.h"
+#include "volt/module/data.h"
 
 using volt::demos::Dictionary;
 using volt::demos::WikiText2;
@@ -111,8 +111,10 @@ TEST_CASE("WikiText2: a missing file names its path and where to get it", "[demo
   } catch (const volt::DataError& e) {
     const std::string msg = e.what();
     CHECK_THAT(msg, Catch::Contains(dir + "/train.txt"));
-    CHECK_THAT(msg, Catch::Contains(
-                        "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/train.txt"));
+    CHECK_THAT(
+        msg,
+        Catch::Contains(
+            "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/train.txt"));
     CHECK_THAT(msg, Catch::Contains("shared/data/wikitext-2"));
   }
 }
@@ -120,7 +122,11 @@ TEST_CASE("WikiText2: a missing file names its path and where to get it", "[demo
 TEST_CASE("WikiText2: line breaks and whitespace as Python's split", "[demos][wikitext2]") {
   Dictionary d;
   // lines: "a b", "", " c  a", "b\xc2\xa0d" (no-break space), "e\xe3\x80\x80f" (ideographic space), "g"
-  auto ids = tokenize("a b\n\r\n c  a\rb\xc2\xa0" "d\ne\xe3\x80\x80" "f\tg", d);
+  auto ids = tokenize(
+      "a b\n\r\n c  a\rb\xc2\xa0"
+      "d\ne\xe3\x80\x80"
+      "f\tg",
+      d);
   // a=0 b=1 <eos>=2 c=3 d=4 e=5 f=6 g=7
   CHECK(ids == std::vector<int64_t>{0, 1, 2, 2, 3, 0, 2, 1, 4, 2, 5, 6, 7, 2});
   CHECK(d.size() == 8);
@@ -132,7 +138,10 @@ TEST_CASE("WikiText2: line breaks and whitespace as Python's split", "[demos][wi
   CHECK(tokenize(" \n", d2) == std::vector<int64_t>{1});
   // \v, \f, \x1c and U+0085 split words but, as in Python's file iteration, do not end lines.
   Dictionary d4;
-  CHECK(tokenize("a\vb\fc\x1c" "d\xc2\x85" "e", d4) == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+  CHECK(tokenize("a\vb\fc\x1c"
+                 "d\xc2\x85"
+                 "e",
+                 d4) == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
   // Non-space multi-byte characters stay inside words.
   Dictionary d3;
   CHECK(tokenize("caf\xc3\xa9 \xe2\x80\x94", d3) == std::vector<int64_t>{0, 1, 2});

@@ -1,4 +1,5 @@
 #include <torch/torch.h>
+
 #include <catch2/catch.hpp>
 
 #include "volt/core/errors.h"
@@ -7,9 +8,14 @@
 using namespace volt;
 
 TEST_CASE("torchrun variables take precedence over SLURM", "[distributed][env]") {
-  std::map<std::string, std::string> env{{"RANK", "3"},          {"WORLD_SIZE", "4"},     {"LOCAL_RANK", "1"},
-                                         {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.5"}, {"MASTER_PORT", "1234"},
-                                         {"SLURM_PROCID", "0"},   {"SLURM_NTASKS", "8"}};
+  std::map<std::string, std::string> env{{"RANK", "3"},
+                                         {"WORLD_SIZE", "4"},
+                                         {"LOCAL_RANK", "1"},
+                                         {"LOCAL_WORLD_SIZE", "2"},
+                                         {"MASTER_ADDR", "10.0.0.5"},
+                                         {"MASTER_PORT", "1234"},
+                                         {"SLURM_PROCID", "0"},
+                                         {"SLURM_NTASKS", "8"}};
   auto c = ClusterEnv::detect(&env);
   CHECK(c.source == "torchrun");
   CHECK(c.rank == 3);
@@ -43,11 +49,13 @@ TEST_CASE("no launcher environment means single process", "[distributed][env]") 
 }
 
 TEST_CASE("inconsistent launcher environments are DistributedErrors", "[distributed][env]") {
-  std::map<std::string, std::string> bad{{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}};
+  std::map<std::string, std::string> bad{
+      {"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}};
   CHECK_THROWS_AS(ClusterEnv::detect(&bad), DistributedError);
   std::map<std::string, std::string> noaddr{{"RANK", "0"}, {"WORLD_SIZE", "2"}};
   CHECK_THROWS_WITH(ClusterEnv::detect(&noaddr), Catch::Contains("MASTER_ADDR"));
-  std::map<std::string, std::string> notint{{"RANK", "one"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}};
+  std::map<std::string, std::string> notint{
+      {"RANK", "one"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}};
   CHECK_THROWS_WITH(ClusterEnv::detect(&notint), Catch::Contains("RANK"));
 }
 

@@ -1,10 +1,11 @@
 // The code in docs/fsdp.md, compiled and run as written: a unit (HookedModule) and the one-line
 // strategy switch. If the guide's code stops compiling, this test stops building.
 #include <torch/torch.h>
+
 #include <catch2/catch.hpp>
 
-#include "volt/volt.h"
 #include "volt/strategies/fsdp/fsdp_strategy.h"
+#include "volt/volt.h"
 
 namespace {
 

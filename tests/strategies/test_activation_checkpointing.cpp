@@ -1,8 +1,8 @@
 // Activation checkpointing: recomputation reproduces the forward exactly (dropout included), under
 // single device, DDP and FSDP, for the test model and the demo Transformer.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -84,8 +84,7 @@ TEST_CASE("activation checkpointing: the demo Transformer's loss and gradients a
   }
 }
 
-TEST_CASE("activation checkpointing: inputs that need no gradient do not cut the parameters' gradients",
-          "[ac]") {
+TEST_CASE("activation checkpointing: inputs that need no gradient do not cut the parameters' gradients", "[ac]") {
   torch::manual_seed(0);
   BoringOptions o;
   o.blocks = 2;
@@ -132,8 +131,8 @@ TEST_CASE("activation checkpointing with dropout matches the plain run under eve
   const std::vector<Case> cases = {
       {"single device", "{name: single_device}",
        "{name: single_device, activation_checkpointing_policy: " + kBlocks + "}", 1, 1, ""},
-      {"DDP, 2 ranks, accumulation and clipping", "ddp", "{name: ddp, activation_checkpointing_policy: " + kBlocks + "}",
-       2, 2, "0.05"},
+      {"DDP, 2 ranks, accumulation and clipping", "ddp",
+       "{name: ddp, activation_checkpointing_policy: " + kBlocks + "}", 2, 2, "0.05"},
       {"FSDP FULL_SHARD, 2 ranks, accumulation and clipping",
        "{name: fsdp, sharding_strategy: FULL_SHARD, auto_wrap_policy: " + kBlocks + "}",
        "{name: fsdp, sharding_strategy: FULL_SHARD, auto_wrap_policy: " + kBlocks +
@@ -174,8 +173,8 @@ TEST_CASE("activation checkpointing: the demo Transformer trains identically und
         return o;
       };
       auto plain = demo_train_losses(temp_dir("ac-cli"), with("{name: " + name + extra + "}"));
-      auto ac = demo_train_losses(temp_dir("ac-cli"),
-                                  with("{name: " + name + extra + ", activation_checkpointing_policy: " + layers + "}"));
+      auto ac = demo_train_losses(
+          temp_dir("ac-cli"), with("{name: " + name + extra + ", activation_checkpointing_policy: " + layers + "}"));
       REQUIRE(plain.size() == 6);
       REQUIRE(ac.size() == plain.size());
       for (size_t i = 0; i < plain.size(); ++i) CHECK(ac[i] == Approx(plain[i]).epsilon(1e-6));

@@ -2,9 +2,10 @@
 // so and passes). One GPU: multi-rank runs put Gloo ranks on the same device (NCCL refuses two
 // ranks on one GPU); NCCL itself runs at world size 1.
 #include <torch/cuda.h>
-#include <cmath>
 #include <torch/torch.h>
+
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "distributed/multi_rank.h"
 
@@ -79,7 +80,8 @@ TEST_CASE("CUDA: activation checkpointing with dropout reproduces the plain run 
   CHECK(max_state_diff(plain.state, ac.state) < 1e-6);
 }
 
-TEST_CASE("CUDA: FSDP checkpoints (full and sharded, with offload) resume bitwise, CUDA RNG included", "[cuda][checkpoint]") {
+TEST_CASE("CUDA: FSDP checkpoints (full and sharded, with offload) resume bitwise, CUDA RNG included",
+          "[cuda][checkpoint]") {
   if (no_cuda()) return;
   const std::vector<Case> cases = {
       {"sharded, 2 Gloo ranks on one GPU", std::string(kFsdp) + ", state_dict_type: sharded}", 2},

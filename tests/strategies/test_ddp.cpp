@@ -1,6 +1,6 @@
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <numeric>
@@ -74,11 +74,18 @@ TEST_CASE("DDP under simulated torchrun and SLURM environments", "[ddp][multiran
         for (auto& s : args_for(dir + "/o.pt", kv)) a.push_back(s);
         argvs.push_back(a);
         if (launcher == "torchrun")
-          envs.push_back({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
-                          {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}});
+          envs.push_back({{"RANK", std::to_string(r)},
+                          {"WORLD_SIZE", "2"},
+                          {"LOCAL_RANK", std::to_string(r)},
+                          {"LOCAL_WORLD_SIZE", "2"},
+                          {"MASTER_ADDR", "127.0.0.1"},
+                          {"MASTER_PORT", std::to_string(port)}});
         else
-          envs.push_back({{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", std::to_string(r)},
-                          {"SLURM_NODELIST", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}});
+          envs.push_back({{"SLURM_PROCID", std::to_string(r)},
+                          {"SLURM_NTASKS", "2"},
+                          {"SLURM_LOCALID", std::to_string(r)},
+                          {"SLURM_NODELIST", "127.0.0.1"},
+                          {"MASTER_PORT", std::to_string(port)}});
       }
       auto codes = run_processes(argvs, envs, 240, dir + "/rank");
       INFO(read_text(dir + "/rank.0.log") << read_text(dir + "/rank.1.log"));
@@ -91,7 +98,8 @@ TEST_CASE("DDP under simulated torchrun and SLURM environments", "[ddp][multiran
   }
 }
 
-TEST_CASE("a rank that dies makes the job fail fast with a message naming it, leaving no processes", "[ddp][multirank][fault]") {
+TEST_CASE("a rank that dies makes the job fail fast with a message naming it, leaving no processes",
+          "[ddp][multirank][fault]") {
   for (std::string kind : {"exit", "kill"}) {
     DYNAMIC_SECTION(kind) {
       const std::string dir = temp_dir("ddp-fault");
@@ -109,7 +117,7 @@ TEST_CASE("a rank that dies makes the job fail fast with a message naming it, le
       const std::string log = read_text(dir + "/worker.0.log");
       INFO(log);
       CHECK(code != 0);
-      CHECK(code != -1);       // finished by itself, well within the 600 s collective timeout
+      CHECK(code != -1);  // finished by itself, well within the 600 s collective timeout
       CHECK(secs < 60);
       CHECK(log.find("rank 1") != std::string::npos);
       CHECK(no_worker_left(dir));

@@ -1,4 +1,5 @@
 #include <torch/torch.h>
+
 #include <catch2/catch.hpp>
 
 #include "distributed/multi_rank.h"
@@ -25,16 +26,20 @@ TEST_CASE("FSDP: every sharding strategy matches single-process training and sha
     bool adam;
   };
   std::vector<Case> cases = {
-      {"FULL_SHARD", 2, "", 1, "", false},       {"FULL_SHARD", 4, "", 2, "0.05", true},
-      {"SHARD_GRAD_OP", 2, "", 2, "0.05", false}, {"SHARD_GRAD_OP", 4, "", 1, "", true},
-      {"NO_SHARD", 2, "", 1, "0.05", true},       {"HYBRID_SHARD", 4, ", device_mesh: [2, 2]", 1, "0.05", true},
+      {"FULL_SHARD", 2, "", 1, "", false},
+      {"FULL_SHARD", 4, "", 2, "0.05", true},
+      {"SHARD_GRAD_OP", 2, "", 2, "0.05", false},
+      {"SHARD_GRAD_OP", 4, "", 1, "", true},
+      {"NO_SHARD", 2, "", 1, "0.05", true},
+      {"HYBRID_SHARD", 4, ", device_mesh: [2, 2]", 1, "0.05", true},
       {"_HYBRID_SHARD_ZERO2", 4, ", device_mesh: [2, 2]", 2, "", false},
       // Prefetch and gather-limit options change when gathers start, never the result.
       {"FULL_SHARD", 2, ", backward_prefetch: BACKWARD_POST, forward_prefetch: true", 1, "0.05", true},
       {"FULL_SHARD", 4, ", backward_prefetch: none, forward_prefetch: true, limit_all_gathers: false", 2, "", false},
   };
   for (const auto& c : cases) {
-    DYNAMIC_SECTION(c.sharding << " world " << c.world << " accumulate " << c.accum << " clip '" << c.clip << "'" << c.extra) {
+    DYNAMIC_SECTION(c.sharding << " world " << c.world << " accumulate " << c.accum << " clip '" << c.clip << "'"
+                               << c.extra) {
       const std::string dir = temp_dir("fsdp");
       auto kv = base(dir);
       kv["trainer.accumulate_grad_batches"] = std::to_string(c.accum);

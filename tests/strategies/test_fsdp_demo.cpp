@@ -2,6 +2,7 @@
 // global batches, every sharding strategy validates to the same loss (averaged over ranks) as
 // single-process training and DDP: the same parameters, seen through the model's outputs.
 #include <torch/torch.h>
+
 #include <catch2/catch.hpp>
 
 #include "cli/cli_support.h"
@@ -17,11 +18,10 @@ TEST_CASE("FSDP trains the demo Transformer like single-process training and DDP
   // tiny.yaml: batch 8 per rank. Single process with the global batch sees the same samples a step.
   auto run = [&](int devices, int batch, const std::string& strategy) {
     return metrics_column(
-        demo_fit(temp_dir("fsdp-demo"),
-                 {"--trainer.max_steps=6", "--trainer.devices=" + std::to_string(devices),
-                  "--data.batch_size=" + std::to_string(batch), "--trainer.strategy=" + strategy,
-                  "--trainer.gradient_clip_val=0.5", "--trainer.val_check_interval=3",
-                  "--trainer.limit_val_batches=4"}),
+        demo_fit(temp_dir("fsdp-demo"), {"--trainer.max_steps=6", "--trainer.devices=" + std::to_string(devices),
+                                         "--data.batch_size=" + std::to_string(batch), "--trainer.strategy=" + strategy,
+                                         "--trainer.gradient_clip_val=0.5", "--trainer.val_check_interval=3",
+                                         "--trainer.limit_val_batches=4"}),
         "val_loss");
   };
   struct Case {

@@ -1,8 +1,8 @@
 // The "16-mixed" loss scaler's mechanics, on the CPU with fp32 gradients (the CUDA test in
 // test_cuda.cpp trains with it): unscaling, the collective inf/nan skip, backoff and growth.
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
@@ -46,7 +46,8 @@ TEST_CASE("GradScaler unscales before the step and grows the scale after growth_
   CHECK(s.scale() == 16.0);
 }
 
-TEST_CASE("GradScaler skips the step on inf or nan, backs off, and restarts the growth count", "[precision][grad_scaler]") {
+TEST_CASE("GradScaler skips the step on inf or nan, backs off, and restarts the growth count",
+          "[precision][grad_scaler]") {
   for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     DYNAMIC_SECTION("gradient " << bad) {
       Fixture f;
@@ -65,7 +66,8 @@ TEST_CASE("GradScaler skips the step on inf or nan, backs off, and restarts the 
   }
 }
 
-TEST_CASE("GradScaler: another rank's inf skips the step here too (the decision is collective)", "[precision][grad_scaler]") {
+TEST_CASE("GradScaler: another rank's inf skips the step here too (the decision is collective)",
+          "[precision][grad_scaler]") {
   Fixture f;
   bool asked = false;
   GradScaler s({4.0, 2.0, 0.5, 100}, [&](bool local_inf) {

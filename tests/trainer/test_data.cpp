@@ -1,14 +1,14 @@
 #include <torch/torch.h>
-#include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <vector>
 
 #include "volt/core/errors.h"
-#include "volt/trainer/data.h"
+#include "volt/module/data.h"
 
 using namespace volt;
 
@@ -27,8 +27,7 @@ class IndexDataset : public Dataset {
   int64_t n_;
 };
 
-DataLoader make_loader(int64_t n, int64_t batch_size, bool shuffle = false, bool drop_last = false,
-                       uint64_t seed = 0) {
+DataLoader make_loader(int64_t n, int64_t batch_size, bool shuffle = false, bool drop_last = false, uint64_t seed = 0) {
   DataLoaderOptions o;
   o.batch_size = batch_size;
   o.shuffle = shuffle;
@@ -77,7 +76,7 @@ TEST_CASE("DataLoader batch shapes and drop_last", "[data]") {
   CHECK(b0[1].scalar_type() == torch::kLong);
   auto b2 = loader.batch(2);
   CHECK(b2[0].sizes() == torch::IntArrayRef({2, 3}));  // the short last batch
-  CHECK(visited(loader) == iota(10));                   // in order without shuffle
+  CHECK(visited(loader) == iota(10));                  // in order without shuffle
   CHECK_THROWS_AS(loader.batch(3), ConfigError);
   CHECK_THROWS_AS(loader.batch(-1), ConfigError);
 

@@ -3,6 +3,7 @@
 //                    [--fault_rank=R --fault_step=S --fault_kind=exit|kill|hang]
 //                    [--rank_metric=true] [--checkpoint_monitor=M --checkpoint_top_k=K --checkpoint_filename=F]
 //                    [--checkpoint_every_n_train_steps=N] [--ckpt_path=PATH|last] [--fsize_limit=BYTES]
+//   volt_test_worker --pg_scenario=OUT   (process-group collectives, distributed/process_group_scenario.h)
 // Trains the BoringModel (tests/boring_model.h) on RandomDataset and, on rank 0, writes
 // {state_dict, losses} to FILE with torch::pickle_save. With trainer.devices > 1 and no launcher
 // environment it self-launches the other ranks, exactly as the `volt` CLI does.
@@ -15,10 +16,11 @@
 #include <thread>
 
 #include "boring_model.h"
+#include "distributed/process_group_scenario.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/core/options.h"
-#include "volt/trainer/trainer.h"
 #include "volt/strategies/fsdp/fsdp_strategy.h"
+#include "volt/trainer/trainer.h"
 
 using namespace volt;
 
@@ -107,7 +109,8 @@ class ShardProbe : public Callback {
     nonroot_unsharded_after_forward = 0;
     auto units = f->units();
     root_unsharded_after_forward = static_cast<int64_t>(units[0].unsharded_bytes);
-    for (size_t i = 1; i < units.size(); ++i) nonroot_unsharded_after_forward += static_cast<int64_t>(units[i].unsharded_bytes);
+    for (size_t i = 1; i < units.size(); ++i)
+      nonroot_unsharded_after_forward += static_cast<int64_t>(units[i].unsharded_bytes);
     shard_numels.clear();
     padded.clear();
     numels.clear();
@@ -127,6 +130,9 @@ class ShardProbe : public Callback {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --pg_scenario=OUT: the process-group collectives instead of training (process_group_scenario.h).
+  if (argc == 2 && std::string(argv[1]).rfind("--pg_scenario=", 0) == 0)
+    return testing::run_process_group_scenario(std::string(argv[1]).substr(14));
   try {
     YAML::Node root(YAML::NodeType::Map);
     for (int i = 1; i < argc; ++i) {
@@ -137,7 +143,9 @@ int main(int argc, char** argv) {
     auto cfg = options_from_yaml<WorkerConfig>(root, "");
     if (cfg.fsize_limit > 0) {
       ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG, as on a full disk
-      struct rlimit rl {static_cast<rlim_t>(cfg.fsize_limit), static_cast<rlim_t>(cfg.fsize_limit)};
+      struct rlimit rl {
+        static_cast<rlim_t>(cfg.fsize_limit), static_cast<rlim_t>(cfg.fsize_limit)
+      };
       ::setrlimit(RLIMIT_FSIZE, &rl);
     }
     torch::set_num_threads(1);
@@ -156,7 +164,8 @@ int main(int argc, char** argv) {
     auto recorder = std::make_shared<LossRecorder>();
     auto probe = std::make_shared<ShardProbe>();
     std::vector<std::shared_ptr<Callback>> cbs{recorder, probe};
-    if (cfg.fault_rank >= 0) cbs.push_back(std::make_shared<FaultCallback>(cfg.fault_rank, cfg.fault_step, cfg.fault_kind));
+    if (cfg.fault_rank >= 0)
+      cbs.push_back(std::make_shared<FaultCallback>(cfg.fault_rank, cfg.fault_step, cfg.fault_kind));
     if (!cfg.checkpoint_monitor.empty()) {
       ModelCheckpointOptions mo;
       mo.monitor = cfg.checkpoint_monitor;
@@ -179,18 +188,19 @@ int main(int argc, char** argv) {
       c10::impl::GenericDict out(c10::StringType::get(), c10::AnyType::get());
       out.insert("state_dict", c10::impl::toGenericDict(sd));
       out.insert("losses", torch::tensor(recorder->losses, torch::kDouble));
-      out.insert("val_loss", trainer.callback_metrics().count("val_loss") ? trainer.callback_metrics().at("val_loss") : -1.0);
+      out.insert("val_loss",
+                 trainer.callback_metrics().count("val_loss") ? trainer.callback_metrics().at("val_loss") : -1.0);
       out.insert("global_step", trainer.global_step());
       out.insert("nonroot_unsharded_after_forward", probe->nonroot_unsharded_after_forward);
       out.insert("root_unsharded_after_forward", probe->root_unsharded_after_forward);
       out.insert("optimizer_numel", probe->optimizer_numel);
-      out.insert("shard_numels", torch::tensor(probe->shard_numels.empty() ? std::vector<int64_t>{-1} : probe->shard_numels));
+      out.insert("shard_numels",
+                 torch::tensor(probe->shard_numels.empty() ? std::vector<int64_t>{-1} : probe->shard_numels));
       out.insert("padded", torch::tensor(probe->padded.empty() ? std::vector<int64_t>{-1} : probe->padded));
       out.insert("numels", torch::tensor(probe->numels.empty() ? std::vector<int64_t>{-1} : probe->numels));
       auto bytes = torch::pickle_save(out);
       std::ofstream(cfg.out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
-    trainer.strategy().finalize();
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "worker: error: " << e.what() << std::endl;

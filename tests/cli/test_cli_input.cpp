@@ -1,0 +1,144 @@
+// The `volt` command refuses bad input clearly and before any work: help, missing or unreadable
+// configs, keys given twice, sections of the wrong type, several configs merged in order, and
+// `consolidate` never destroying a file it was not asked to replace.
+#include <torch/torch.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "boring_model.h"
+#include "volt/checkpoint/checkpoint.h"
+#include "volt/checkpoint/state_io.h"
+#include "volt/strategies/strategy.h"
+
+using namespace volt;
+using namespace volt::testing;
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kTiny = std::string(VOLT_SOURCE_DIR) + "/configs/tiny.yaml";
+
+struct Run {
+  int code = -1;
+  std::string output;
+};
+
+Run volt_cli(const std::vector<std::string>& args, const std::string& dir) {
+  static int n = 0;
+  std::vector<std::string> argv{VOLT_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string prefix = dir + "/input." + std::to_string(n++);
+  Run r;
+  r.code = run_processes({argv}, {{}}, 120, prefix)[0];
+  r.output = read_text(prefix + ".0.log");
+  return r;
+}
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+}  // namespace
+
+TEST_CASE("volt --help and volt SUBCOMMAND --help print the usage and exit 0", "[cli]") {
+  const std::string dir = temp_dir("cli-help");
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--help"}, {"-h"}, {"help"}, {"fit", "--help"}, {"consolidate", "--help"}}) {
+    INFO(args[0]);
+    const Run r = volt_cli(args, dir);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.output, Contains("usage: volt"));
+  }
+}
+
+TEST_CASE("volt refuses a run without a config, a folder, a key given twice or a section of the wrong type", "[cli]") {
+  const std::string dir = temp_dir("cli-input");
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  write(dir + "/twice.yaml", "trainer:\n  max_steps: 3\n  max_steps: 5\n");
+  write(dir + "/trainer-list.yaml", "trainer: [1, 2]\n");
+  fs::create_directories(dir + "/folder.yaml");
+  fs::create_directories(dir + "/data/valid.txt");
+  const std::vector<Case> cases = {
+      {{"fit"}, "no --config"},
+      {{"fit", "--config", dir + "/folder.yaml"}, "is a folder"},
+      {{"fit", "--config", dir + "/twice.yaml"}, "'trainer.max_steps' is given twice"},
+      {{"fit", "--config", dir + "/trainer-list.yaml"}, "config key 'trainer': expected a map, got a list"},
+      {{"fit", "--config", kTiny, "--trainer=5"}, "config key 'trainer': expected a map, got '5'"},
+      {{"fit", "--config", kTiny, "--data.data_dir=" + dir + "/data"}, "valid.txt' is a folder"},
+      {{"fit", "--config", kTiny, "--data.data_dir=" + dir + "/nowhere"}, "does not exist"},
+      {{"fit", "--config", kTiny, "--trainer.devices=1000"}, "trainer.devices"},
+      {{"fit", "--config", kTiny, "--model.lr=inf"}, "model.lr"},
+      {{"fit", "--config", kTiny, "--trainer.strategy.name=fsdp", "--trainer.strategy.timeout=1000000000000000"},
+       "trainer.strategy.timeout"},
+      {{"fit", "--config", kTiny, "--trainer.strategy.name=fsdp", "--trainer.strategy.device_mesh=[1, 1]"},
+       "device_mesh"},
+      {{"fit", "--config", kTiny, "--trainer.strategy.name=fsdp", "--trainer.strategy.param_dtype=float16"},
+       "trainer.strategy.param_dtype"},
+      {{"fit", "--config", kTiny, "--trainer.devices=2", "--trainer.strategy=single_device", "--print_config"},
+       "single_device"},
+      {{"fit", "--config", kTiny, "--trainer.strategy.auto_wrap_policy=7", "--trainer.strategy.name=fsdp"},
+       "trainer.strategy.auto_wrap_policy"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args.back());
+    const Run r = volt_cli(c.args, dir);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains(c.says));
+    CHECK_FALSE(fs::exists(dir + "/lightning_logs"));
+  }
+  if (::geteuid() != 0) {  // root reads any file
+    write(dir + "/secret.yaml", "trainer: {}\n");
+    fs::permissions(dir + "/secret.yaml", fs::perms::none);
+    const Run r = volt_cli({"fit", "--config", dir + "/secret.yaml"}, dir);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains("cannot be read") && Contains("ermission denied"));
+  }
+}
+
+TEST_CASE("Several --config files merge in order, key by key, as LightningCLI's", "[cli]") {
+  const std::string dir = temp_dir("cli-merge");
+  write(dir + "/more.yaml", "trainer:\n  max_steps: 7\n  strategy: {name: ddp}\nmodel:\n  ninp: 32\n");
+  const Run r = volt_cli({"fit", "--config", kTiny, "--config", dir + "/more.yaml", "--print_config"}, dir);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  const YAML::Node tiny = YAML::LoadFile(kTiny);
+  const YAML::Node cfg = YAML::Load(r.output.substr(0, r.output.rfind('\n')));
+  CHECK(cfg["trainer"]["max_steps"].as<int64_t>() == 7);  // the later file wins
+  CHECK(cfg["trainer"]["strategy"]["name"].as<std::string>() == "ddp");
+  CHECK(cfg["model"]["ninp"].as<int64_t>() == 32);
+  CHECK(cfg["model"]["nhead"].as<int64_t>() == tiny["model"]["nhead"].as<int64_t>());  // kept from the first
+  CHECK(cfg["data"]["batch_size"].as<int64_t>() == tiny["data"]["batch_size"].as<int64_t>());
+}
+
+TEST_CASE("volt consolidate never overwrites a file unasked, nor writes into its own input", "[cli][consolidate]") {
+  const std::string dir = temp_dir("cli-consolidate");
+  const std::string src = dir + "/sharded";
+  {
+    SingleDeviceStrategy s(Precision("32-true", "cpu"), "cpu");
+    BoringModel m;
+    save_state(s.state_layout(m, nullptr), CheckpointHeader{}, src, CheckpointFormat::Sharded, s.state_comm());
+  }
+  const std::string out = dir + "/full.ckpt";
+  write(out, "precious");
+  Run r = volt_cli({"consolidate", src, "-o", out}, dir);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.output, Contains("--overwrite"));
+  CHECK(read_text(out) == "precious");
+  r = volt_cli({"consolidate", src, "-o", src + "/rank_00000.ckpt", "--overwrite"}, dir);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.output, Contains("inside the input"));
+  CHECK(load_checkpoint_file(src).state_dict.size() == 6);  // the source is intact
+  r = volt_cli({"consolidate", src, "-o", out, "--overwrite"}, dir);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(load_checkpoint_file(out).state_dict.size() == 6);
+}

@@ -1,0 +1,163 @@
+// CheckpointConnector: checkpoint header, save, "last" resolution and restore over the Statefuls.
+#include "volt/trainer/checkpoint_connector.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <map>
+
+#include "volt/callbacks/model_checkpoint.h"
+#include "volt/checkpoint/checkpoint_reader.h"
+#include "volt/checkpoint/rng_state.h"
+#include "volt/core/errors.h"
+#include "volt/core/files.h"
+
+#ifndef VOLT_VERSION
+#define VOLT_VERSION "0.0.0"
+#endif
+
+namespace volt {
+
+namespace {
+constexpr const char* kLoopsKey = "loops";
+
+/// meta[section], or meta[section][name]; undefined when absent. Node copies only: looking up a
+/// const node never inserts, and yaml-cpp throws when an undefined node is assigned.
+YAML::Node lookup(const YAML::Node& meta, const std::string& section, const std::string& name) {
+  const YAML::Node s = meta[section];
+  if (!s || name.empty()) return s;
+  return s[name];
+}
+
+/// The loops' state to restore: meta["loops"] with the header's epoch and global_step (Lightning's
+/// top-level keys), which are authoritative: every checkpoint has them, with or without the map.
+YAML::Node loops_state(const CheckpointReader& ck) {
+  const YAML::Node saved = ck.meta()[kLoopsKey];
+  YAML::Node state = saved ? YAML::Clone(saved) : YAML::Node(YAML::NodeType::Map);
+  state["epoch"] = ck.epoch();
+  state["global_step"] = ck.global_step();
+  return state;
+}
+}  // namespace
+
+YAML::Node CheckpointConnector::SchedulerState::state_dict() const {
+  YAML::Node n(YAML::NodeType::Map);
+  n["name"] = config_.lr_scheduler->name();
+  n["last_epoch"] = config_.lr_scheduler->last_epoch();
+  return n;
+}
+
+void CheckpointConnector::SchedulerState::load_state_dict(const YAML::Node& state) {
+  config_.lr_scheduler->set_last_epoch(state["last_epoch"].as<int64_t>());
+}
+
+CheckpointConnector::CheckpointConnector(Trainer& trainer, const TrainerOptions& options, Strategy& strategy,
+                                         std::vector<std::shared_ptr<Callback>>& callbacks, HookDispatcher& hooks,
+                                         FitLoop& fit_loop, OptimizerConfig& optimizer, const YAML::Node& config)
+    : trainer_(trainer),
+      options_(options),
+      strategy_(strategy),
+      callbacks_(callbacks),
+      hooks_(hooks),
+      fit_loop_(fit_loop),
+      opt_(optimizer),
+      config_(config),
+      scheduler_state_(optimizer) {}
+
+std::vector<CheckpointConnector::Entry> CheckpointConnector::entries() {
+  std::vector<Entry> out;
+  out.push_back({kLoopsKey, "", &fit_loop_, true});
+  if (opt_.lr_scheduler) out.push_back({"lr_schedulers", "", &scheduler_state_, true});
+  for (auto& c : callbacks_) out.push_back({"callbacks", c->state_key(), c.get(), false});
+  // Without a loss scaler there is nothing to save (and loading is a no-op).
+  if (strategy_.precision().grad_scaler()) out.push_back({"grad_scaler", "", &strategy_.precision(), false});
+  return out;
+}
+
+std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path) const {
+  if (ckpt_path != "last") return ckpt_path;
+  for (auto& c : callbacks_)
+    if (auto* mc = dynamic_cast<ModelCheckpoint*>(c.get())) {
+      const std::string p = mc->last_model_path_on_disk(trainer_);
+      if (!p.empty()) return p;
+    }
+  // validate / test have no checkpoint callback: look where fit's default one writes, as
+  // Lightning finds "last" on disk.
+  const std::string p = ModelCheckpoint().last_model_path_on_disk(trainer_);
+  if (!p.empty()) return p;
+  const std::string partial = options_.default_root_dir + "/checkpoints/last.ckpt.partial";
+  VOLT_CHECK(!detail::path_exists(partial), CheckpointError, "ckpt_path='last': only '", partial,
+             "' exists, a save that was interrupted before it completed; no complete last.ckpt survives. Resume from "
+             "another checkpoint in that folder");
+  throw CheckpointError("ckpt_path='last': no last.ckpt found under '" + options_.default_root_dir +
+                        "/checkpoints' (is enable_checkpointing on with save_last?)");
+}
+
+void CheckpointConnector::restore(LightningModule& module, const std::string& ckpt_path) {
+  const std::string path = resolve_ckpt_path(ckpt_path);
+  spdlog::info("Restoring states from the checkpoint path at {}", path);
+  // Every rank reads for itself (FSDP: only its own ranges); all agree before going on, so a rank
+  // that cannot read fails the job instead of leaving the others in a collective.
+  std::unique_ptr<CheckpointReader> reader;
+  std::string error;
+  try {
+    reader = std::make_unique<CheckpointReader>(path);
+    strategy_.load_checkpoint(module, opt_.optimizer.get(), *reader);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  detail::agree_or_throw(strategy_, error, "restoring checkpoint '" + path + "'");
+  const CheckpointReader& ck = *reader;
+  const YAML::Node& meta = ck.meta();
+  if (opt_.optimizer && ck.names(kOptimizerSection).empty())
+    spdlog::warn("Checkpoint {} has no optimizer state (saved with weights_only?): the optimizer starts fresh", path);
+  for (const Entry& e : entries()) {
+    const YAML::Node state = e.section == kLoopsKey ? loops_state(ck) : lookup(meta, e.section, e.name);
+    if (state) e.state->load_state_dict(state);
+  }
+  restore_rng(ck);
+  CheckpointMeta cm{meta["extra"] ? YAML::Clone(meta["extra"]) : YAML::Node(YAML::NodeType::Map)};
+  hooks_.on_load_checkpoint(module, cm);
+}
+
+void CheckpointConnector::restore_rng(const CheckpointReader& ck) {
+  const std::string prefix = "rank" + std::to_string(strategy_.global_rank()) + ".";
+  std::map<std::string, torch::Tensor> rng;
+  for (const auto& n : ck.names(kRngSection))
+    if (n.rfind(prefix, 0) == 0) rng[n.substr(prefix.size())] = ck.read(kRngSection, n);
+  if (rng.empty() && !ck.names(kRngSection).empty())
+    spdlog::warn("Checkpoint {} has no RNG state for rank {} (saved with {} ranks): its generators are not restored",
+                 ck.path(), strategy_.global_rank(), ck.world_size());
+  restore_rng_states(rng, strategy_.root_device());
+}
+
+void CheckpointConnector::save(LightningModule& module, const std::string& path, bool weights_only) {
+  CheckpointHeader header;
+  header.epoch = fit_loop_.progress().epoch;
+  header.global_step = fit_loop_.progress().global_step;
+  header.meta["volt_version"] = VOLT_VERSION;
+  header.meta["torch_version"] = TORCH_VERSION;
+  header.meta["format_version"] = kCheckpointFormatVersion;
+  header.meta["state_dict_type"] = strategy_.checkpoint_format();
+  header.meta["weights_only"] = weights_only;
+  header.meta["precision"] = strategy_.precision().name();
+  header.meta["strategy"] = strategy_.name();
+  header.meta["world_size"] = strategy_.world_size();
+  header.meta["hyper_parameters"] = module.hparams();
+  if (config_ && !config_.IsNull()) header.meta["config"] = config_;
+  for (const Entry& e : entries()) {
+    if (weights_only && !e.with_weights_only) continue;
+    if (e.name.empty())
+      header.meta[e.section] = e.state->state_dict();
+    else
+      header.meta[e.section][e.name] = e.state->state_dict();
+  }
+  if (!weights_only) header.rng_states = capture_rng_states(strategy_.root_device());
+  CheckpointMeta cm{YAML::Node(YAML::NodeType::Map)};
+  hooks_.on_save_checkpoint(module, cm);
+  header.meta["extra"] = cm.extra;
+  strategy_.save_checkpoint(module, weights_only ? nullptr : opt_.optimizer.get(), header, path);
+}
+
+}  // namespace volt

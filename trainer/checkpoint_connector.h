@@ -1,0 +1,81 @@
+#pragma once
+/// CheckpointConnector: the Trainer's checkpoint dump and restore (Lightning's checkpoint
+/// connector). Resolves ckpt_path "last", builds the checkpoint header (versions, strategy,
+/// precision, world size, hyper-parameters, config, the hooks' `extra`) and hands it to the
+/// Strategy, which writes the model and optimizer; on resume it has the Strategy read them back.
+///
+/// Everything else a resumed run needs is a Stateful, saved under a key of the metadata:
+///   "loops"                 the FitLoop's progress (also with weights_only)
+///   "lr_schedulers"         the LR scheduler, {name, last_epoch} (when there is one; also with weights_only)
+///   "callbacks/<state_key>" each callback, at meta["callbacks"][state_key]
+///   "grad_scaler"           the Precision's loss scaler (when there is one)
+/// RNG states are tensors, not YAML: they travel in the header's rng_states (one set per rank).
+///
+/// Ownership: borrows the Trainer (for "last" and the hooks), its options, Strategy, callbacks,
+/// hook dispatcher, fit loop, optimizer configuration and config. Thread-safety: the training
+/// thread only; save and restore are collective (every rank calls them).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "volt/callbacks/callback.h"
+#include "volt/core/stateful.h"
+#include "volt/module/lightning_module.h"
+#include "volt/strategies/strategy.h"
+#include "volt/trainer/fit_loop.h"
+#include "volt/trainer/hook_dispatcher.h"
+#include "volt/trainer/trainer_options.h"
+
+namespace volt {
+
+class CheckpointConnector {
+ public:
+  CheckpointConnector(Trainer& trainer, const TrainerOptions& options, Strategy& strategy,
+                      std::vector<std::shared_ptr<Callback>>& callbacks, HookDispatcher& hooks, FitLoop& fit_loop,
+                      OptimizerConfig& optimizer, const YAML::Node& config);
+
+  /// `ckpt_path`, or for "last" the last.ckpt a ModelCheckpoint wrote (CheckpointError if none).
+  std::string resolve_ckpt_path(const std::string& ckpt_path) const;
+  /// Restores the module, optimizer and every Stateful from `ckpt_path` (or "last"), then calls
+  /// the on_load_checkpoint hooks. A rank that cannot read fails every rank (CheckpointError).
+  void restore(LightningModule& module, const std::string& ckpt_path);
+  /// Writes a checkpoint at `path`; weights_only leaves out the optimizer, callbacks, scaler and RNG.
+  void save(LightningModule& module, const std::string& path, bool weights_only);
+
+ private:
+  /// A Stateful and where it lives in the metadata: meta[section], or meta[section][name].
+  struct Entry {
+    std::string section;
+    std::string name;  // "" = the whole section
+    Stateful* state;
+    bool with_weights_only;  // saved by a weights-only checkpoint too
+  };
+  /// Every Stateful in saving order (loops, lr_schedulers, callbacks, grad_scaler).
+  std::vector<Entry> entries();
+
+  /// The LR scheduler of the optimizer configuration as a Stateful.
+  class SchedulerState : public Stateful {
+   public:
+    explicit SchedulerState(OptimizerConfig& config) : config_(config) {}
+    YAML::Node state_dict() const override;
+    void load_state_dict(const YAML::Node& state) override;
+
+   private:
+    OptimizerConfig& config_;
+  };
+
+  /// This rank's random generators as the checkpoint saved them (kept out of Stateful: tensors).
+  void restore_rng(const CheckpointReader& reader);
+
+  Trainer& trainer_;
+  const TrainerOptions& options_;
+  Strategy& strategy_;
+  std::vector<std::shared_ptr<Callback>>& callbacks_;
+  HookDispatcher& hooks_;
+  FitLoop& fit_loop_;
+  OptimizerConfig& opt_;
+  const YAML::Node& config_;
+  SchedulerState scheduler_state_;
+};
+
+}  // namespace volt

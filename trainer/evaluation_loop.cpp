@@ -1,0 +1,50 @@
+// EvaluationLoop: the validation / test epoch, with its hooks and epoch metrics.
+#include "volt/trainer/evaluation_loop.h"
+
+#include <torch/torch.h>
+
+#include "volt/core/errors.h"
+
+namespace volt {
+
+void EvaluationLoop::run(LightningModule& module, DataLoader& loader, RunningStage stage, int64_t max_batches,
+                         const FitProgress& progress) {
+  const RunningStage saved = stage_;
+  stage_ = stage;
+  const bool was_training = module.is_training();
+  module.eval();
+  torch::NoGradGuard ng;
+  const bool is_val = stage != RunningStage::Test;
+  // Hooks run during the sanity check too (trainer.sanity_checking() tells), as in Lightning.
+  if (is_val) {
+    hooks_.on_validation_start(module);
+    hooks_.on_validation_epoch_start(module);
+  }
+  for (int64_t i = 0; i < max_batches; ++i) {
+    Batch b = loader.batch(i);
+    try {
+      if (is_val)
+        strategy_.validation_step(module, b, i);
+      else
+        strategy_.test_step(module, b, i);
+    } catch (const detail::HookNotImplemented& e) {
+      throw ConfigError(std::string("a ") + (is_val ? "validation" : "test") +
+                        " dataloader was given but the module does not implement " + e.hook);
+    }
+    if (is_val) hooks_.on_validation_batch_end(module, b, i);
+  }
+  if (stage == RunningStage::Sanity)
+    metrics_.reset_epoch(Metrics::Loop::Eval);  // sanity-check metrics are never logged
+  else
+    metrics_.finish_epoch(Metrics::Loop::Eval, progress);
+  if (is_val) {
+    hooks_.on_validation_epoch_end(module);
+    hooks_.on_validation_end(module);
+  } else {
+    hooks_.on_test_epoch_end(module);
+  }
+  if (was_training) module.train();
+  stage_ = saved;
+}
+
+}  // namespace volt

@@ -1,0 +1,149 @@
+// FitLoop: epochs, batches, accumulation, val checks, optimizer and scheduler steps, resume progress.
+#include "volt/trainer/fit_loop.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "volt/core/errors.h"
+
+namespace volt {
+
+void FitLoop::setup_data(DataLoader& train_loader) {
+  num_training_batches_ = options_.limit_train_batches.apply(train_loader.num_batches());
+  VOLT_CHECK(num_training_batches_ > 0, ConfigError, "the training dataloader yields no batches on rank ",
+             strategy_.global_rank(), " (dataset size ", train_loader.dataset().size(), ", batch_size ",
+             train_loader.options().batch_size, ", limit_train_batches)");
+}
+
+bool FitLoop::done() const {
+  if (should_stop_) return true;
+  if (options_.max_steps >= 0 && progress_.global_step >= options_.max_steps) return true;
+  return false;
+}
+
+void FitLoop::run(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader) {
+  module_ = &module;
+  stage_ = RunningStage::Train;
+  hooks_.on_train_start(module);
+  // A checkpoint saved at the end of an epoch resumes at the next one.
+  if (progress_.batch_in_epoch >= num_training_batches_) {
+    ++progress_.epoch;
+    progress_.batch_in_epoch = 0;
+  }
+  const int64_t max_epochs = options_.effective_max_epochs();
+  while (progress_.epoch < max_epochs && !done()) {
+    run_epoch(train_loader, val_loader, progress_.batch_in_epoch);
+    if (progress_.batch_in_epoch < num_training_batches_) break;  // stopped mid-epoch (max_steps / should_stop)
+    if (done()) break;
+    ++progress_.epoch;
+    progress_.batch_in_epoch = 0;
+  }
+  stage_ = RunningStage::Train;
+  hooks_.on_train_end(module);
+}
+
+void FitLoop::optimizer_step_and_schedule() {
+  auto& opt = *opt_.optimizer;
+  const bool stepped = strategy_.optimizer_step(opt, [&] {
+    hooks_.on_before_optimizer_step(*module_, opt);
+    if (options_.gradient_clip_val && *options_.gradient_clip_val > 0)
+      strategy_.clip_gradients(opt, *options_.gradient_clip_val, options_.gradient_clip_algorithm.value());
+  });
+  if (!stepped) spdlog::debug("step {}: inf/nan gradients, optimizer step skipped", progress_.global_step);
+  strategy_.zero_grad(opt);
+  ++progress_.global_step;
+  if (opt_.lr_scheduler && opt_.interval == SchedulerInterval::Step && progress_.global_step % opt_.frequency == 0)
+    opt_.lr_scheduler->step();
+}
+
+void FitLoop::run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_t start_batch) {
+  LightningModule& module = *module_;
+  train_loader.set_epoch(progress_.epoch);
+  const int64_t n = num_training_batches_;
+  const int64_t accum = options_.accumulate_grad_batches;
+  int64_t val_every = 0;
+  if (val_loader && (progress_.epoch + 1) % options_.check_val_every_n_epoch == 0) {
+    val_every = options_.val_check_interval.is_fraction
+                    ? std::max<int64_t>(1, static_cast<int64_t>(options_.val_check_interval.value * n))
+                    : static_cast<int64_t>(options_.val_check_interval.value);
+  }
+  const int64_t val_batches = val_loader ? options_.limit_val_batches.apply(val_loader->num_batches()) : 0;
+  module.train();
+  metrics_.reset_epoch(Metrics::Loop::Train);
+  hooks_.on_train_epoch_start(module);
+  for (int64_t i = start_batch; i < n && !done(); ++i) {
+    Batch b = train_loader.batch(i);
+    hooks_.on_train_batch_start(module, b, i);
+    const bool last_micro = ((i + 1) % accum == 0) || (i + 1 == n);
+    torch::Tensor loss = strategy_.training_step(module, b, i);
+    VOLT_CHECK(loss.defined() && loss.numel() == 1, ConfigError, "training_step must return a scalar loss");
+    check_finite_loss(loss, i);
+    torch::Tensor scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
+    hooks_.on_before_backward(module, scaled);
+    strategy_.backward(module, scaled, last_micro);
+    hooks_.on_after_backward(module);
+    if (last_micro) optimizer_step_and_schedule();
+    // Epoch-interval schedulers step right after the epoch's last optimizer step, as Lightning 2.x
+    // does, so checkpoints written by epoch-end hooks already hold the stepped scheduler.
+    if (i + 1 == n && opt_.lr_scheduler && opt_.interval == SchedulerInterval::Epoch &&
+        (progress_.epoch + 1) % opt_.frequency == 0)
+      opt_.lr_scheduler->step();
+    progress_.batch_in_epoch = i + 1;
+    if (last_micro && progress_.global_step % options_.log_every_n_steps == 0) metrics_.flush_step_metrics(progress_);
+    const torch::Tensor loss_d = loss.detach();
+    hooks_.on_train_batch_end(module, loss_d, b, i);
+    if (val_every > 0 && (i + 1) % val_every == 0 && val_batches > 0)
+      evaluation_.run(module, *val_loader, RunningStage::Validate, val_batches, progress_);
+  }
+  // Also when max_steps or should_stop ended the epoch early: Lightning's fit loop still runs
+  // on_train_epoch_end and logs the epoch-level training metrics of the batches that ran.
+  end_epoch();
+}
+
+void FitLoop::check_finite_loss(const torch::Tensor& loss, int64_t batch_idx) {
+  // Under 16-mixed the loss scaler skips steps with inf/nan gradients by design.
+  if (strategy_.precision().grad_scaler()) return;
+  const bool finite = torch::isfinite(loss.detach()).all().item<bool>();
+  // Every rank stops together (one rank's nan alone would leave the others in the next collective):
+  // the lowest rank whose loss is not finite, or the world size if none.
+  const int64_t world = strategy_.world_size();
+  int64_t bad = finite ? world : strategy_.global_rank();
+  if (world > 1)
+    bad = static_cast<int64_t>(
+        strategy_.all_reduce(torch::tensor(static_cast<double>(bad), torch::kDouble), ReduceOp::Min).item<double>());
+  if (bad >= world) return;
+  throw TrainingError(detail::str_cat(
+      "step ", progress_.global_step, " (epoch ", progress_.epoch, ", batch ", batch_idx, "): the training loss is ",
+      bad == strategy_.global_rank() ? std::to_string(loss.item<double>()) : std::string("not finite"), " on rank ",
+      bad,
+      ": training diverged and was stopped before this step's update; the checkpoints already written are kept. "
+      "Lower the learning rate, clip gradients (trainer.gradient_clip_val), or set trainer.detect_anomaly: true to "
+      "find the operation that produced it"));
+}
+
+void FitLoop::end_epoch() {
+  metrics_.flush_step_metrics(progress_);
+  // The epoch means are in callback_metrics while the hooks run (a monitor on "loss_epoch" sees
+  // this epoch's value); what the hooks log with on_epoch joins the same row, logged after them.
+  metrics_.publish_epoch(Metrics::Loop::Train);
+  hooks_.on_train_epoch_end(*module_);
+  metrics_.finish_epoch(Metrics::Loop::Train, progress_);
+}
+
+YAML::Node FitLoop::state_dict() const {
+  YAML::Node n(YAML::NodeType::Map);
+  n["batch_in_epoch"] = progress_.batch_in_epoch;
+  n["epoch"] = progress_.epoch;
+  n["global_step"] = progress_.global_step;
+  return n;
+}
+
+void FitLoop::load_state_dict(const YAML::Node& state) {
+  progress_.epoch = state["epoch"].as<int64_t>();
+  progress_.global_step = state["global_step"].as<int64_t>();
+  progress_.batch_in_epoch = state["batch_in_epoch"] ? state["batch_in_epoch"].as<int64_t>() : 0;
+}
+
+}  // namespace volt

@@ -1,0 +1,76 @@
+#pragma once
+/// FitLoop: fit's epochs and batches (Lightning's _FitLoop and _TrainingEpochLoop): gradient
+/// accumulation, the val-check schedule, the optimizer step and LR scheduler stepping, and the
+/// progress a checkpoint saves so that a resumed fit continues mid-epoch. Its state (Stateful) is
+/// the checkpoint's meta["loops"]: {batch_in_epoch, epoch, global_step}.
+///
+/// Ownership: borrows the options, Strategy, hook dispatcher, metrics, evaluation loop, the
+/// Trainer's optimizer configuration, stage and should_stop flag; owns the progress, which lasts
+/// across fit calls. Thread-safety: the training thread only.
+#include <cstdint>
+
+#include "volt/core/stateful.h"
+#include "volt/module/data.h"
+#include "volt/module/lightning_module.h"
+#include "volt/strategies/strategy.h"
+#include "volt/trainer/evaluation_loop.h"
+#include "volt/trainer/hook_dispatcher.h"
+#include "volt/trainer/metrics.h"
+#include "volt/trainer/trainer_options.h"
+#include "volt/trainer/trainer_state.h"
+
+namespace volt {
+
+class FitLoop : public Stateful {
+ public:
+  FitLoop(const TrainerOptions& options, Strategy& strategy, HookDispatcher& hooks, Metrics& metrics,
+          EvaluationLoop& evaluation, OptimizerConfig& optimizer, RunningStage& stage, const bool& should_stop)
+      : options_(options),
+        strategy_(strategy),
+        hooks_(hooks),
+        metrics_(metrics),
+        evaluation_(evaluation),
+        opt_(optimizer),
+        stage_(stage),
+        should_stop_(should_stop) {}
+
+  /// Counts the training batches of an epoch (limit_train_batches); ConfigError if there are none.
+  void setup_data(DataLoader& train_loader);
+  /// Trains from the current progress until max_epochs, max_steps or should_stop, between the
+  /// on_train_start and on_train_end hooks.
+  void run(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader);
+
+  const FitProgress& progress() const { return progress_; }
+  int64_t num_training_batches() const { return num_training_batches_; }
+
+  /// {batch_in_epoch, epoch, global_step}.
+  YAML::Node state_dict() const override;
+  /// Restores state_dict(); a missing batch_in_epoch means the start of the epoch.
+  void load_state_dict(const YAML::Node& state) override;
+
+ private:
+  /// Stops training (TrainingError on every rank, naming the step and the rank) if the loss is nan
+  /// or inf on any rank. Collective.
+  void check_finite_loss(const torch::Tensor& loss, int64_t batch_idx);
+  bool done() const;
+  void run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_t start_batch);
+  void optimizer_step_and_schedule();
+  /// The end of a training epoch, whole or cut short by max_steps / should_stop (as Lightning):
+  /// on_train_epoch_end hooks, then the epoch-level training metrics are logged.
+  void end_epoch();
+
+  const TrainerOptions& options_;
+  Strategy& strategy_;
+  HookDispatcher& hooks_;
+  Metrics& metrics_;
+  EvaluationLoop& evaluation_;
+  OptimizerConfig& opt_;
+  RunningStage& stage_;
+  const bool& should_stop_;
+
+  LightningModule* module_ = nullptr;  // during run()
+  FitProgress progress_;
+  int64_t num_training_batches_ = 0;
+};
+
+}  // namespace volt

@@ -1,0 +1,137 @@
+// HookDispatcher: one place that decides in which order the module and the callbacks hear of an
+// event (see hook_dispatcher.h for the order and why).
+#include "volt/trainer/hook_dispatcher.h"
+
+#include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/model_checkpoint.h"
+
+namespace volt {
+
+namespace {
+/// Callbacks that act on monitored metrics, as Lightning's (EarlyStopping, Checkpoint subclasses).
+bool monitors_metrics(const Callback& c) {
+  return dynamic_cast<const ModelCheckpoint*>(&c) != nullptr || dynamic_cast<const EarlyStopping*>(&c) != nullptr;
+}
+}  // namespace
+
+HookDispatcher::HookDispatcher(Trainer& trainer, std::vector<std::shared_ptr<Callback>>& callbacks)
+    : trainer_(trainer), callbacks_(callbacks) {}
+
+template <class F>
+void HookDispatcher::callbacks(F&& f) {
+  for (auto& cb : callbacks_) f(*cb);
+}
+
+void HookDispatcher::setup(LightningModule& m, const std::string& stage) {
+  callbacks([&](Callback& c) { c.setup(trainer_, m, stage); });
+}
+
+void HookDispatcher::teardown(LightningModule& m, const std::string& stage) {
+  callbacks([&](Callback& c) { c.teardown(trainer_, m, stage); });
+}
+
+void HookDispatcher::on_fit_start(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_fit_start(trainer_, m); });
+  m.on_fit_start();
+}
+
+void HookDispatcher::on_fit_end(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_fit_end(trainer_, m); });
+  m.on_fit_end();
+}
+
+void HookDispatcher::on_train_start(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_train_start(trainer_, m); });
+  m.on_train_start();
+}
+
+void HookDispatcher::on_train_end(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_train_end(trainer_, m); });
+  m.on_train_end();
+}
+
+void HookDispatcher::on_train_epoch_start(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_train_epoch_start(trainer_, m); });
+  m.on_train_epoch_start();
+}
+
+void HookDispatcher::on_train_epoch_end(LightningModule& m) {
+  // Monitoring callbacks last, so a metric the module logs in on_train_epoch_end can be monitored.
+  callbacks([&](Callback& c) {
+    if (!monitors_metrics(c)) c.on_train_epoch_end(trainer_, m);
+  });
+  m.on_train_epoch_end();
+  callbacks([&](Callback& c) {
+    if (monitors_metrics(c)) c.on_train_epoch_end(trainer_, m);
+  });
+}
+
+void HookDispatcher::on_train_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx) {
+  callbacks([&](Callback& c) { c.on_train_batch_start(trainer_, m, batch, batch_idx); });
+  m.on_train_batch_start(batch, batch_idx);
+}
+
+void HookDispatcher::on_train_batch_end(LightningModule& m, const torch::Tensor& loss, const Batch& batch,
+                                        int64_t batch_idx) {
+  callbacks([&](Callback& c) { c.on_train_batch_end(trainer_, m, loss, batch, batch_idx); });
+  m.on_train_batch_end(loss, batch, batch_idx);
+}
+
+void HookDispatcher::on_before_backward(LightningModule& m, const torch::Tensor& loss) {
+  callbacks([&](Callback& c) { c.on_before_backward(trainer_, m, loss); });
+  m.on_before_backward(loss);
+}
+
+void HookDispatcher::on_after_backward(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_after_backward(trainer_, m); });
+  m.on_after_backward();
+}
+
+void HookDispatcher::on_before_optimizer_step(LightningModule& m, torch::optim::Optimizer& optimizer) {
+  callbacks([&](Callback& c) { c.on_before_optimizer_step(trainer_, m, optimizer); });
+  m.on_before_optimizer_step(optimizer);
+}
+
+void HookDispatcher::on_validation_start(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_validation_start(trainer_, m); });
+}
+
+void HookDispatcher::on_validation_epoch_start(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_validation_epoch_start(trainer_, m); });
+  m.on_validation_epoch_start();
+}
+
+void HookDispatcher::on_validation_batch_end(LightningModule& m, const Batch& batch, int64_t batch_idx) {
+  callbacks([&](Callback& c) { c.on_validation_batch_end(trainer_, m, batch, batch_idx); });
+}
+
+void HookDispatcher::on_validation_epoch_end(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_validation_epoch_end(trainer_, m); });
+  m.on_validation_epoch_end();
+}
+
+void HookDispatcher::on_validation_end(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_validation_end(trainer_, m); });
+}
+
+void HookDispatcher::on_test_epoch_end(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_test_epoch_end(trainer_, m); });
+  m.on_test_epoch_end();
+}
+
+void HookDispatcher::on_save_checkpoint(LightningModule& m, CheckpointMeta& checkpoint) {
+  callbacks([&](Callback& c) { c.on_save_checkpoint(trainer_, m, checkpoint); });
+  m.on_save_checkpoint(checkpoint);
+}
+
+void HookDispatcher::on_load_checkpoint(LightningModule& m, const CheckpointMeta& checkpoint) {
+  // Lightning restores the module before the callbacks.
+  m.on_load_checkpoint(checkpoint);
+  callbacks([&](Callback& c) { c.on_load_checkpoint(trainer_, m, checkpoint); });
+}
+
+void HookDispatcher::on_exception(LightningModule& m, const std::exception& e) {
+  callbacks([&](Callback& c) { c.on_exception(trainer_, m, e); });
+}
+
+}  // namespace volt

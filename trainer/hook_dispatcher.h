@@ -1,0 +1,55 @@
+#pragma once
+/// HookDispatcher: calls the module's hook and the callbacks' hook for one event, in Lightning 2.x's
+/// order: the callbacks (in the order the Trainer holds them), then the module; on_train_epoch_end
+/// runs the callbacks that do not monitor metrics, then the module, then the monitoring ones
+/// (ModelCheckpoint, EarlyStopping) so they see what the module logged; on_load_checkpoint runs the
+/// module first. Events the module has no hook for (setup, teardown, on_validation_start/end,
+/// on_validation_batch_end, on_exception) reach the callbacks only.
+///
+/// Ownership: borrows the Trainer (handed to every callback) and its callback list, which may
+/// grow between calls. Thread-safety: the training thread only.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "volt/callbacks/callback.h"
+#include "volt/module/lightning_module.h"
+
+namespace volt {
+
+class HookDispatcher {
+ public:
+  HookDispatcher(Trainer& trainer, std::vector<std::shared_ptr<Callback>>& callbacks);
+
+  void setup(LightningModule& m, const std::string& stage);
+  void teardown(LightningModule& m, const std::string& stage);
+  void on_fit_start(LightningModule& m);
+  void on_fit_end(LightningModule& m);
+  void on_train_start(LightningModule& m);
+  void on_train_end(LightningModule& m);
+  void on_train_epoch_start(LightningModule& m);
+  void on_train_epoch_end(LightningModule& m);
+  void on_train_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx);
+  void on_train_batch_end(LightningModule& m, const torch::Tensor& loss, const Batch& batch, int64_t batch_idx);
+  void on_before_backward(LightningModule& m, const torch::Tensor& loss);
+  void on_after_backward(LightningModule& m);
+  void on_before_optimizer_step(LightningModule& m, torch::optim::Optimizer& optimizer);
+  void on_validation_start(LightningModule& m);
+  void on_validation_epoch_start(LightningModule& m);
+  void on_validation_batch_end(LightningModule& m, const Batch& batch, int64_t batch_idx);
+  void on_validation_epoch_end(LightningModule& m);
+  void on_validation_end(LightningModule& m);
+  void on_test_epoch_end(LightningModule& m);
+  void on_save_checkpoint(LightningModule& m, CheckpointMeta& checkpoint);
+  void on_load_checkpoint(LightningModule& m, const CheckpointMeta& checkpoint);
+  void on_exception(LightningModule& m, const std::exception& e);
+
+ private:
+  template <class F>
+  void callbacks(F&& f);
+
+  Trainer& trainer_;
+  std::vector<std::shared_ptr<Callback>>& callbacks_;
+};
+
+}  // namespace volt
