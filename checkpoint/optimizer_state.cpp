@@ -2,6 +2,8 @@
 
 #include <torch/optim.h>
 
+#include <algorithm>
+
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
 
@@ -72,6 +74,34 @@ std::map<std::string, torch::Tensor> optimizer_state_to_tensors(torch::optim::Op
   return out;
 }
 
+namespace {
+/// The state fields `optimizer` keeps, and its name for messages.
+std::pair<std::vector<std::string>, const char*> fields_of(torch::optim::Optimizer& optimizer) {
+  using namespace torch::optim;
+  if (is<AdamOptions>(optimizer)) return {{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}, "Adam"};
+  if (is<AdamWOptions>(optimizer)) return {{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}, "AdamW"};
+  if (is<SGDOptions>(optimizer)) return {{"momentum_buffer"}, "SGD"};
+  if (is<RMSpropOptions>(optimizer)) return {{"step", "square_avg", "momentum_buffer", "grad_avg"}, "RMSprop"};
+  if (is<AdagradOptions>(optimizer)) return {{"step", "sum"}, "Adagrad"};
+  return {{}, "this optimizer"};
+}
+
+/// A checkpoint holding state this optimizer does not keep was saved with another optimizer: its
+/// state would be dropped without a word.
+void check_fields(torch::optim::Optimizer& optimizer, const std::string& name,
+                  const std::map<std::string, torch::Tensor>& state, const std::string& source) {
+  const auto [fields, optimizer_name] = fields_of(optimizer);
+  if (fields.empty()) return;  // unsupported: the caller says so
+  for (const auto& f : optimizer_state_fields()) {
+    if (!state.count(name + "." + f) || std::find(fields.begin(), fields.end(), f) != fields.end()) continue;
+    throw CheckpointError(detail::str_cat(source, ": the optimizer state of '", name, "' has '", f, "', which ",
+                                          optimizer_name,
+                                          " does not keep: the checkpoint was saved with another "
+                                          "optimizer. Resume with the same optimizer, or load the weights alone"));
+  }
+}
+}  // namespace
+
 void optimizer_state_from_tensors(torch::optim::Optimizer& optimizer, const NamedTensors& params,
                                   const std::map<std::string, torch::Tensor>& state, const std::string& source) {
   using namespace torch::optim;
@@ -83,7 +113,11 @@ void optimizer_state_from_tensors(torch::optim::Optimizer& optimizer, const Name
       VOLT_CHECK(it->second.sizes() == p.sizes(), CheckpointError, source, ": optimizer state '", name, ".", f,
                  "' has shape ", it->second.sizes(), " but the parameter has ", p.sizes(),
                  " (a checkpoint from another model or world size?)");
-      return it->second.to(p.device()).clone();
+      // As PyTorch's Optimizer.load_state_dict: floating state follows the parameter's dtype, so a
+      // run resumed under another precision (32-true <-> bf16-true) steps with matching tensors.
+      const torch::Tensor& v = it->second;
+      return (v.is_floating_point() && p.is_floating_point() ? v.to(p.device(), p.scalar_type()) : v.to(p.device()))
+          .clone();
     };
     auto step = [&]() -> int64_t {
       auto it = state.find(name + ".step");
@@ -93,6 +127,7 @@ void optimizer_state_from_tensors(torch::optim::Optimizer& optimizer, const Name
                          state.count(name + ".momentum_buffer") || state.count(name + ".square_avg") ||
                          state.count(name + ".sum");
     if (!has_any) continue;
+    check_fields(optimizer, name, state, source);
     const auto key = compat::optimizer_state_key(p);
     if (is<AdamOptions>(optimizer)) {
       auto s = std::make_unique<AdamParamState>();

@@ -1,5 +1,6 @@
 #include "volt/cli/cli.h"
 
+#include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
@@ -205,6 +206,10 @@ int run(int argc, char** argv, const App& app) {
   } catch (const ConfigError& e) {
     std::cerr << "volt: config error: " << e.what() << std::endl;
     return 2;
+  } catch (const c10::Error& e) {
+    // LibTorch's own errors (an allocation that failed, say): the message, not its C++ stack trace.
+    std::cerr << "volt: error: " << e.what_without_backtrace() << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "volt: error: " << e.what() << std::endl;
     return 1;

@@ -36,7 +36,7 @@ class Choice {
     value_or_throw(key);
   }
   /// The enum value; ConfigError if the spelling names none (validate() first to name the key).
-  E value() const { return value_or_throw("a '" + text_ + "' option"); }
+  E value() const { return value_or_throw(""); }
   /// Whether the spelling names a value (as it is, without normalizing).
   bool is_valid() const { return valid(); }
   /// The spelling, as YAML and logs show it.
@@ -68,7 +68,8 @@ class Choice {
       if (text_ == n) return v;
       valid += (valid.empty() ? "" : ", ") + std::string(n);
     }
-    throw ConfigError(detail::str_cat("config key '", key, "': unknown value '", text_, "'; valid: ", valid));
+    throw ConfigError(detail::str_cat(key.empty() ? std::string() : "config key '" + key + "': ", "unknown value '",
+                                      text_, "'; valid: ", valid));
   }
   std::string text_;
 };

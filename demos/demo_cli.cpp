@@ -36,6 +36,9 @@ int run_cli(const cli::Command& args) {
   cfg.trainer.validate();
   cfg.model.validate();
   cfg.data.validate();
+  VOLT_CHECK(cfg.data.block_size <= kMaxSequenceLength, ConfigError,
+             "config key 'data.block_size': ", cfg.data.block_size, " exceeds the demo model's ", kMaxSequenceLength,
+             " positions");
   if (cfg.seed_everything && !cfg.trainer.seed) cfg.trainer.seed = cfg.seed_everything;
   YAML::Node resolved = options_to_yaml(cfg);
   // The Trainer checks the combination (strategy, devices, precision) and starts nothing yet, so

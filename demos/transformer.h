@@ -117,6 +117,9 @@ class EncoderDecoder : public torch::nn::Module {
   std::shared_ptr<TransformerDecoder> decoder;
 };
 
+/// The longest sequence the demo model takes (its positional table, as Lightning's demo).
+inline constexpr int64_t kMaxSequenceLength = 5000;
+
 /// Sinusoidal positional encoding plus dropout. The table (max_len x dim) is computed on first use
 /// on the input's device and is not a parameter or buffer, so it is absent from the state_dict.
 /// Deliberate difference from Lightning's demo: position t gets row t of the table (`pe[:, :T]`),
@@ -124,7 +127,7 @@ class EncoderDecoder : public torch::nn::Module {
 /// golden values (tests/golden/make_demo_golden.py) are computed with the corrected form.
 class PositionalEncoding : public torch::nn::Module {
  public:
-  PositionalEncoding(int64_t dim, double dropout, int64_t max_len = 5000);
+  PositionalEncoding(int64_t dim, double dropout, int64_t max_len = kMaxSequenceLength);
   /// x [B, T, dim] -> dropout(x + pe[:T]).
   torch::Tensor forward(const torch::Tensor& x);
 

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 // The PyTorch wheel's LibTorch ships no gloo headers: Gloo is then unavailable (NCCL remains)
 // unless the build is given some (VOLT_GLOO_INCLUDE_DIR, see scripts/gpu.sh).
@@ -43,6 +44,8 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   }
   return c10d::ReduceOp::SUM;
 }
+
+const char* const kJoinedKey = "volt_joined";  // see wait_for_ranks
 
 bool is_half(const torch::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
 
@@ -114,16 +117,35 @@ ProcessGroup::ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, c
   so.port = static_cast<std::uint16_t>(env.port);
   so.isServer = env.rank == 0;
   so.numWorkers = static_cast<size_t>(env.world_size);
-  so.waitWorkers = true;
+  // Rank 0 waits for the others itself (wait_for_ranks) rather than inside TCPStore, so that a rank
+  // that died before joining ends the wait at once instead of after the whole timeout.
+  so.waitWorkers = !(env.rank == 0 && options.peer_failure);
   so.timeout = options.timeout;
   try {
     impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    impl_->store->add(kJoinedKey, 1);  // every rank, whoever waits for the count
+    if (!so.waitWorkers) wait_for_ranks(options.peer_failure);
     const std::string host = (env.master_addr == "127.0.0.1" || env.master_addr == "localhost") ? "127.0.0.1" : "";
     impl_->pg = make_backend(backend_name_, impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_,
                              host.empty() ? std::string("0.0.0.0") : host);
   } catch (const std::exception& e) {
     throw DistributedError(detail::str_cat("rendezvous failed on rank ", rank_, " of ", size_, " at ", env.master_addr,
                                            ":", env.port, ": ", e.what()));
+  }
+}
+
+void ProcessGroup::wait_for_ranks(const std::function<std::string()>& peer_failure) {
+  // Every rank adds 1 to kJoinedKey once its store is connected.
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const int64_t joined = impl_->store->add(kJoinedKey, 0) - 1;  // the others
+    if (joined >= size_ - 1) break;
+    const std::string failure = peer_failure();
+    VOLT_CHECK(failure.empty(), DistributedError, "rendezvous: ", failure, " before joining (", joined, " of ",
+               size_ - 1, " other ranks had joined); stopping");
+    VOLT_CHECK(std::chrono::steady_clock::now() - start < timeout_, DistributedError, "rendezvous: only ", joined,
+               " of ", size_ - 1, " other ranks joined within the timeout (", timeout_.count() / 1000, " s)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 

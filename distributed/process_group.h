@@ -33,6 +33,9 @@ namespace volt {
 struct ProcessGroupOptions {
   std::string backend;  // "gloo", "nccl"; "" = by device
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// Rank 0 polls it while waiting for the other ranks to join: a non-empty answer (a launched rank
+  /// that died, say) ends the wait at once with a DistributedError carrying it. Optional.
+  std::function<std::string()> peer_failure;
 };
 
 /// A pending collective. wait() rethrows failures as DistributedError; `finish` (if set) runs after.
@@ -84,6 +87,8 @@ class ProcessGroup {
   void reset_bytes_sent() { bytes_sent_ = 0; }
 
  private:
+  /// Rank 0 of a store it serves: returns once every other rank has connected.
+  void wait_for_ranks(const std::function<std::string()>& peer_failure);
   [[noreturn]] void fail(const std::string& collective, const std::exception& e) const;
   /// The tensor the backend can move: itself, or a CUDA copy of a CPU tensor on NCCL.
   torch::Tensor on_wire_device(const torch::Tensor& t) const;

@@ -1,6 +1,9 @@
 #include "volt/loggers/csv_logger.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -64,15 +67,28 @@ void CSVLogger::flush() {
     return os.str();
   };
   if (header_dirty_) {
-    // New columns: rewrite the whole file with the new header (Lightning does the same).
-    std::ofstream out(path, std::ios::trunc);
-    for (size_t i = 0; i < keys_.size(); ++i) out << (i ? "," : "") << keys_[i];
-    out << '\n';
-    for (const auto& r : rows_) out << format_row(r) << '\n';
+    // New columns: rewrite the whole file with the new header (Lightning does the same), through a
+    // temporary file so a failed write (a full disk) leaves the previous metrics.csv whole.
+    std::ostringstream text;
+    for (size_t i = 0; i < keys_.size(); ++i) text << (i ? "," : "") << keys_[i];
+    text << '\n';
+    for (const auto& r : rows_) text << format_row(r) << '\n';
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << text.str();
+      out.flush();
+      VOLT_CHECK(out.good(), Error, "writing the metrics log '", tmp, "' failed: ", std::strerror(errno),
+                 "; the previous '", path, "' is kept");
+    }
+    VOLT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, Error, "replacing the metrics log '", path,
+               "' failed: ", std::strerror(errno));
     header_dirty_ = false;
   } else {
     std::ofstream out(path, std::ios::app);
     for (size_t i = rows_written_; i < rows_.size(); ++i) out << format_row(rows_[i]) << '\n';
+    out.flush();
+    VOLT_CHECK(out.good(), Error, "appending to the metrics log '", path, "' failed: ", std::strerror(errno));
   }
   rows_written_ = rows_.size();
 }

@@ -58,6 +58,8 @@ void ParallelStrategy::setup_environment() {
       env_.local_world_size > static_cast<int64_t>(torch::cuda::device_count()))
     o.backend = "gloo";
   o.timeout = timeout_;
+  if (launcher_)
+    o.peer_failure = [l = launcher_.get()] { return l->failed_rank() >= 0 ? l->failure() : std::string(); };
   pg_ = std::make_unique<ProcessGroup>(env_, o, accelerator_);
   spdlog::info("Initialized process group: rank {} of {} ({} backend, from {} environment)", env_.rank, env_.world_size,
                pg_->backend(), env_.source);

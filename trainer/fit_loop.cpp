@@ -5,8 +5,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <csignal>
 
 #include "volt/core/errors.h"
+#include "volt/core/signals.h"
 
 namespace volt {
 
@@ -79,7 +81,7 @@ void FitLoop::run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_
     const bool last_micro = ((i + 1) % accum == 0) || (i + 1 == n);
     torch::Tensor loss = strategy_.training_step(module, b, i);
     VOLT_CHECK(loss.defined() && loss.numel() == 1, ConfigError, "training_step must return a scalar loss");
-    check_finite_loss(loss, i);
+    check_step(loss, i);
     torch::Tensor scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
     hooks_.on_before_backward(module, scaled);
     strategy_.backward(module, scaled, last_micro);
@@ -102,22 +104,39 @@ void FitLoop::run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_
   end_epoch();
 }
 
-void FitLoop::check_finite_loss(const torch::Tensor& loss, int64_t batch_idx) {
+void FitLoop::check_step(const torch::Tensor& loss, int64_t batch_idx) {
   // Under 16-mixed the loss scaler skips steps with inf/nan gradients by design.
-  if (strategy_.precision().grad_scaler()) return;
-  const bool finite = torch::isfinite(loss.detach()).all().item<bool>();
-  // Every rank stops together (one rank's nan alone would leave the others in the next collective):
-  // the lowest rank whose loss is not finite, or the world size if none.
-  const int64_t world = strategy_.world_size();
-  int64_t bad = finite ? world : strategy_.global_rank();
-  if (world > 1)
-    bad = static_cast<int64_t>(
-        strategy_.all_reduce(torch::tensor(static_cast<double>(bad), torch::kDouble), ReduceOp::Min).item<double>());
+  const bool check_loss = strategy_.precision().grad_scaler() == nullptr;
+  const bool finite = !check_loss || torch::isfinite(loss.detach()).all().item<bool>();
+  const int signal = detail::StopSignals::requested();
+  // Every rank stops together (one rank's nan or signal alone would leave the others in the next
+  // collective). One all-reduce (min) carries both: the lowest rank whose loss is not finite (the
+  // world size if none), and minus the lowest rank that received a stop signal.
+  const int64_t world = strategy_.world_size(), rank = strategy_.global_rank();
+  int64_t bad = finite ? world : rank;
+  int64_t signalled = signal ? rank : world;
+  int64_t sig = signal;
+  if (world > 1) {
+    auto t = strategy_.all_reduce(
+        torch::tensor({static_cast<double>(bad), static_cast<double>(signalled), -static_cast<double>(sig)},
+                      torch::kDouble),
+        ReduceOp::Min);
+    bad = static_cast<int64_t>(t[0].item<double>());
+    signalled = static_cast<int64_t>(t[1].item<double>());
+    sig = -static_cast<int64_t>(t[2].item<double>());
+  }
+  if (signalled < world)
+    throw TrainingError(detail::str_cat("stopped by ",
+                                        sig == SIGINT    ? "SIGINT"
+                                        : sig == SIGTERM ? "SIGTERM"
+                                                         : "signal " + std::to_string(sig),
+                                        " (received by rank ", signalled, ") at step ", progress_.global_step,
+                                        " (epoch ", progress_.epoch, ", batch ", batch_idx,
+                                        "); the checkpoints already written are kept: resume with ckpt_path=last"));
   if (bad >= world) return;
   throw TrainingError(detail::str_cat(
       "step ", progress_.global_step, " (epoch ", progress_.epoch, ", batch ", batch_idx, "): the training loss is ",
-      bad == strategy_.global_rank() ? std::to_string(loss.item<double>()) : std::string("not finite"), " on rank ",
-      bad,
+      bad == rank ? std::to_string(loss.item<double>()) : std::string("not finite"), " on rank ", bad,
       ": training diverged and was stopped before this step's update; the checkpoints already written are kept. "
       "Lower the learning rate, clip gradients (trainer.gradient_clip_val), or set trainer.detect_anomaly: true to "
       "find the operation that produced it"));

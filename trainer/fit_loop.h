@@ -50,8 +50,8 @@ class FitLoop : public Stateful {
 
  private:
   /// Stops training (TrainingError on every rank, naming the step and the rank) if the loss is nan
-  /// or inf on any rank. Collective.
-  void check_finite_loss(const torch::Tensor& loss, int64_t batch_idx);
+  /// or inf on any rank, or if any rank received SIGINT/SIGTERM (core/signals.h). Collective.
+  void check_step(const torch::Tensor& loss, int64_t batch_idx);
   bool done() const;
   void run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_t start_batch);
   void optimizer_step_and_schedule();

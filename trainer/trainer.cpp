@@ -12,6 +12,7 @@
 #include "volt/callbacks/model_summary.h"
 #include "volt/callbacks/progress_bar.h"
 #include "volt/core/errors.h"
+#include "volt/core/signals.h"
 #include "volt/trainer/strategy_factory.h"
 
 namespace volt {
@@ -129,6 +130,7 @@ void Trainer::log_metric(const std::string& name, const torch::Tensor& value, co
 void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader,
                   const std::string& ckpt_path) {
   try {
+    detail::StopSignals stop_signals;  // SIGINT/SIGTERM end fit cleanly (FitLoop::check_step)
     std::optional<torch::autograd::DetectAnomalyGuard> anomaly;
     if (options_.detect_anomaly) anomaly.emplace();
     setup(module, "fit");
@@ -154,7 +156,11 @@ void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader*
     finish(module, "fit");
   } catch (const std::exception& e) {
     hooks_.on_exception(module, e);
-    if (logger_) logger_->flush();
+    try {
+      if (logger_) logger_->flush();
+    } catch (const std::exception& f) {  // the original error is the one to report
+      spdlog::error("{}", f.what());
+    }
     stage_ = RunningStage::None;
     throw;
   }

@@ -66,9 +66,12 @@ TEST_CASE("volt refuses a run without a config, a folder, a key given twice or a
   write(dir + "/trainer-list.yaml", "trainer: [1, 2]\n");
   fs::create_directories(dir + "/folder.yaml");
   fs::create_directories(dir + "/data/valid.txt");
+  fs::create_symlink(dir + "/loop-b.yaml", dir + "/loop-a.yaml");
+  fs::create_symlink(dir + "/loop-a.yaml", dir + "/loop-b.yaml");
   const std::vector<Case> cases = {
       {{"fit"}, "no --config"},
       {{"fit", "--config", dir + "/folder.yaml"}, "is a folder"},
+      {{"fit", "--config", dir + "/loop-a.yaml"}, "symbolic links"},
       {{"fit", "--config", dir + "/twice.yaml"}, "'trainer.max_steps' is given twice"},
       {{"fit", "--config", dir + "/trainer-list.yaml"}, "config key 'trainer': expected a map, got a list"},
       {{"fit", "--config", kTiny, "--trainer=5"}, "config key 'trainer': expected a map, got '5'"},
@@ -76,6 +79,7 @@ TEST_CASE("volt refuses a run without a config, a folder, a key given twice or a
       {{"fit", "--config", kTiny, "--data.data_dir=" + dir + "/nowhere"}, "does not exist"},
       {{"fit", "--config", kTiny, "--trainer.devices=1000"}, "trainer.devices"},
       {{"fit", "--config", kTiny, "--model.lr=inf"}, "model.lr"},
+      {{"fit", "--config", kTiny, "--data.block_size=100000"}, "data.block_size"},
       {{"fit", "--config", kTiny, "--trainer.strategy.name=fsdp", "--trainer.strategy.timeout=1000000000000000"},
        "trainer.strategy.timeout"},
       {{"fit", "--config", kTiny, "--trainer.strategy.name=fsdp", "--trainer.strategy.device_mesh=[1, 1]"},

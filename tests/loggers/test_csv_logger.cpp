@@ -141,3 +141,43 @@ TEST_CASE("CSVLogger reports a root it cannot create as a ConfigError", "[unit][
     CHECK_THAT(e.what(), Catch::Matchers::Contains("cannot create log directory"));
   }
 }
+
+TEST_CASE("CSVLogger: a full disk is an error naming the file, and the metrics already written stay",
+          "[unit][loggers][csv]") {
+  if (!fs::exists("/dev/full")) {
+    WARN("no /dev/full: skipped");
+    return;
+  }
+  {  // a new key rewrites the file through metrics.csv.tmp: that write fails, metrics.csv stays
+    CSVLogger log(temp_dir("csv-full"));
+    const std::string path = log.log_dir() + "/metrics.csv";
+    log.log_metrics({{"loss", 2.5}}, 0);
+    log.flush();
+    const auto before = lines_in(path);
+    REQUIRE(before.size() == 2);
+    fs::create_symlink("/dev/full", path + ".tmp");
+    log.log_metrics({{"acc", 0.5}}, 1);
+    try {
+      log.flush();
+      FAIL("flushed");
+    } catch (const volt::Error& e) {
+      CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains(path + ".tmp"));
+    }
+    CHECK(lines_in(path) == before);
+  }
+  {  // appending rows of known keys fails too
+    CSVLogger log(temp_dir("csv-full"));
+    const std::string path = log.log_dir() + "/metrics.csv";
+    log.log_metrics({{"loss", 2.5}}, 0);
+    log.flush();
+    fs::remove(path);
+    fs::create_symlink("/dev/full", path);
+    log.log_metrics({{"loss", 1.5}}, 1);
+    try {
+      log.flush();
+      FAIL("flushed");
+    } catch (const volt::Error& e) {
+      CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains(path));
+    }
+  }
+}

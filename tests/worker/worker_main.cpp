@@ -1,6 +1,6 @@
 // A rank process for multi-rank tests. Usage:
 //   volt_test_worker --out=FILE [--trainer.KEY=VALUE ...] [--model.KEY=VALUE ...]
-//                    [--fault_rank=R --fault_step=S --fault_kind=exit|kill|hang]
+//                    [--fault_rank=R --fault_step=S --fault_kind=exit|kill|hang|before_rendezvous]
 //                    [--rank_metric=true] [--checkpoint_monitor=M --checkpoint_top_k=K --checkpoint_filename=F]
 //                    [--checkpoint_every_n_train_steps=N] [--ckpt_path=PATH|last] [--fsize_limit=BYTES]
 //   volt_test_worker --pg_scenario=OUT   (process-group collectives, distributed/process_group_scenario.h)
@@ -141,6 +141,10 @@ int main(int argc, char** argv) {
       apply_override(root, a.substr(2, a.find('=') - 2), a.substr(a.find('=') + 1));
     }
     auto cfg = options_from_yaml<WorkerConfig>(root, "");
+    // A launched rank that dies before it joins the rendezvous (rank 0 must not wait for it).
+    if (cfg.fault_kind == "before_rendezvous" && std::getenv("RANK") &&
+        std::stoll(std::getenv("RANK")) == cfg.fault_rank)
+      std::_Exit(3);
     if (cfg.fsize_limit > 0) {
       ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG, as on a full disk
       struct rlimit rl {

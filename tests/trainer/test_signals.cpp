@@ -1,0 +1,66 @@
+// SIGINT and SIGTERM end fit cleanly: the step is finished, the error names the signal and the
+// step, the checkpoints already written stay, and the previous signal handlers come back.
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <filesystem>
+
+#include "boring_model.h"
+#include "volt/callbacks/model_checkpoint.h"
+#include "volt/checkpoint/checkpoint.h"
+#include "volt/core/errors.h"
+#include "volt/trainer/trainer.h"
+
+using namespace volt;
+using namespace volt::testing;
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+namespace {
+/// Sends `sig` to this process at the end of the batch with index `at`.
+struct RaiseAt : Callback {
+  RaiseAt(int sig, int64_t at) : sig_(sig), at_(at) {}
+  std::string state_key() const override { return "RaiseAt"; }
+  void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor&, const Batch&, int64_t i) override {
+    if (i == at_) std::raise(sig_);
+  }
+  int sig_;
+  int64_t at_;
+};
+
+/// The handler installed for `sig` now (the test runner has its own).
+void (*handler_of(int sig))(int) {
+  struct sigaction cur {};
+  sigaction(sig, nullptr, &cur);
+  return cur.sa_handler;
+}
+}  // namespace
+
+TEST_CASE("SIGTERM or SIGINT during fit stops it at the next step with an error naming the signal",
+          "[trainer][signals]") {
+  for (int sig : {SIGTERM, SIGINT}) {
+    INFO(sig);
+    const auto before = handler_of(sig);
+    const std::string root = temp_dir("signal");
+    TrainerOptions o = quiet_options(root);
+    o.max_steps = 20;
+    ModelCheckpointOptions mo;
+    mo.every_n_train_steps = 1;
+    mo.save_last = true;
+    Trainer t(o, {std::make_shared<ModelCheckpoint>(mo), std::make_shared<RaiseAt>(sig, 1)});
+    BoringModel m;
+    auto data = std::make_shared<RandomDataset>(64);
+    DataLoader loader(data, {8, false});
+    try {
+      t.fit(m, loader);
+      FAIL("fit returned");
+    } catch (const TrainingError& e) {
+      CHECK_THAT(e.what(), Contains(sig == SIGTERM ? "SIGTERM" : "SIGINT") && Contains("at step 2") &&
+                               Contains("ckpt_path=last"));
+    }
+    CHECK(t.global_step() == 2);
+    CHECK(load_checkpoint_file(root + "/checkpoints/last.ckpt").global_step == 2);
+    CHECK(handler_of(sig) == before);  // fit gave the previous handler back
+  }
+}
