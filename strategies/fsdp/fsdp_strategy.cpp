@@ -14,11 +14,18 @@
 
 namespace volt {
 
+namespace {
+FSDPOptions validated(FSDPOptions o) {
+  o.validate();  // before the mesh reads the sharding strategy
+  return o;
+}
+}  // namespace
+
 FSDPStrategy::FSDPStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes,
                            FSDPOptions options)
     : ParallelStrategy(std::move(precision), std::move(accelerator), devices, num_nodes,
                        std::chrono::seconds(options.timeout), options.process_group_backend),
-      options_((options.validate(), std::move(options))),
+      options_(validated(std::move(options))),
       mesh_(options_, devices, num_nodes) {
   // Mixed precision: derived from the Trainer's precision unless given explicitly.
   const bool bf16 = precision_.compute_dtype() == at::kBFloat16 || precision_.compute_dtype() == at::kHalf;

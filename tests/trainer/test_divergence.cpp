@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "boring_model.h"
+#include "trainer/trainer_support.h"
 #include "volt/callbacks/early_stopping.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpoint.h"
@@ -39,14 +40,6 @@ bool all_finite(const std::map<std::string, torch::Tensor>& tensors) {
   return true;
 }
 
-std::shared_ptr<ModelCheckpoint> every_step() {
-  ModelCheckpointOptions mo;
-  mo.every_n_train_steps = 1;
-  mo.save_last = true;
-  mo.save_top_k = -1;
-  return std::make_shared<ModelCheckpoint>(mo);
-}
-
 }  // namespace
 
 TEST_CASE("A nan loss stops fit with a TrainingError naming the step, and the checkpoints before it stay",
@@ -54,7 +47,7 @@ TEST_CASE("A nan loss stops fit with a TrainingError naming the step, and the ch
   const std::string root = temp_dir("nan-loss");
   TrainerOptions o = quiet_options(root);
   o.max_steps = 10;
-  Trainer t(o, {every_step()});
+  Trainer t(o, {every_step_checkpoint()});
   NanAt m(3);
   auto data = std::make_shared<RandomDataset>(64);
   DataLoader loader(data, {8, false});
@@ -74,7 +67,7 @@ TEST_CASE("A run whose weights explode (lr 1e6) leaves only finite checkpoints",
   const std::string root = temp_dir("explode");
   TrainerOptions o = quiet_options(root);
   o.max_steps = 40;
-  Trainer t(o, {every_step()});
+  Trainer t(o, {every_step_checkpoint()});
   BoringOptions bo;
   bo.lr = 1e6;
   BoringModel m(bo);

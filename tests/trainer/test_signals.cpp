@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "boring_model.h"
+#include "trainer/trainer_support.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpoint.h"
 #include "volt/core/errors.h"
@@ -45,10 +46,7 @@ TEST_CASE("SIGTERM or SIGINT during fit stops it at the next step with an error 
     const std::string root = temp_dir("signal");
     TrainerOptions o = quiet_options(root);
     o.max_steps = 20;
-    ModelCheckpointOptions mo;
-    mo.every_n_train_steps = 1;
-    mo.save_last = true;
-    Trainer t(o, {std::make_shared<ModelCheckpoint>(mo), std::make_shared<RaiseAt>(sig, 1)});
+    Trainer t(o, {every_step_checkpoint(), std::make_shared<RaiseAt>(sig, 1)});
     BoringModel m;
     auto data = std::make_shared<RandomDataset>(64);
     DataLoader loader(data, {8, false});

@@ -16,6 +16,7 @@
 
 #include "boring_model.h"
 #include "volt/callbacks/callback.h"
+#include "volt/callbacks/model_checkpoint.h"
 #include "volt/module/lr_scheduler.h"
 #include "volt/trainer/trainer.h"
 
@@ -26,6 +27,15 @@ template <class M = BoringModel, class... Args>
 std::shared_ptr<M> make_model(uint64_t seed, Args&&... args) {
   torch::manual_seed(seed);
   return std::make_shared<M>(std::forward<Args>(args)...);
+}
+
+/// A ModelCheckpoint saving after every optimizer step, every file kept, and last.ckpt.
+inline std::shared_ptr<ModelCheckpoint> every_step_checkpoint() {
+  ModelCheckpointOptions mo;
+  mo.every_n_train_steps = 1;
+  mo.save_last = true;
+  mo.save_top_k = -1;
+  return std::make_shared<ModelCheckpoint>(mo);
 }
 
 inline DataLoader make_loader(int64_t n = 64, int64_t batch_size = 8, bool shuffle = false, uint64_t seed = 0) {
