@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "volt/core/errors.h"
@@ -47,6 +49,81 @@ at::Tensor placeholder(const ArchiveTensor& t) {
   for (int64_t i = static_cast<int64_t>(t.shape.size()) - 2; i >= 0; --i)
     strides[i] = strides[i + 1] * std::max<int64_t>(t.shape[i + 1], 1);
   return at::empty({0}, at::TensorOptions().dtype(t.dtype)).set_(storage, 0, t.shape, strides);
+}
+
+/// Little-endian integer of `n` bytes at `p`.
+uint64_t le(const unsigned char* p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+std::string zip_method_name(uint64_t method) {
+  switch (method) {
+    case 8:
+      return "deflate";
+    case 9:
+      return "deflate64";
+    case 12:
+      return "bzip2";
+    case 14:
+      return "lzma";
+    case 93:
+      return "zstd";
+    case 95:
+      return "xz";
+    default:
+      return "unknown";
+  }
+}
+
+/// The first entry of the zip at `path` that is not stored uncompressed (method 0), with its
+/// method, from the central directory (zip64 too). Nothing where the file does not parse as a zip:
+/// the reader's own checks report that.
+std::optional<std::pair<std::string, uint64_t>> first_compressed_entry(const std::string& path, uint64_t size) {
+  std::ifstream in(path, std::ios::binary);
+  auto read_at = [&](uint64_t off, uint64_t n) {
+    std::vector<unsigned char> b(static_cast<size_t>(n));
+    in.clear();
+    in.seekg(static_cast<std::streamoff>(off));
+    in.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(n));
+    if (static_cast<uint64_t>(in.gcount()) != n) b.clear();
+    return b;
+  };
+  // The end-of-central-directory record: 22 bytes plus a comment of up to 64 KiB, at the end.
+  const uint64_t tail_n = std::min<uint64_t>(size, 22 + 65535);
+  const auto tail = read_at(size - tail_n, tail_n);
+  if (tail.size() < 22) return std::nullopt;
+  int64_t eocd = -1;
+  for (int64_t i = static_cast<int64_t>(tail.size()) - 22; i >= 0; --i)
+    if (le(&tail[i], 4) == 0x06054b50) {
+      eocd = i;
+      break;
+    }
+  if (eocd < 0) return std::nullopt;
+  uint64_t entries = le(&tail[eocd + 10], 2), cd_size = le(&tail[eocd + 12], 4), cd_off = le(&tail[eocd + 16], 4);
+  if (entries == 0xFFFF || cd_size == 0xFFFFFFFF || cd_off == 0xFFFFFFFF) {
+    // zip64: a locator just before the record points at the zip64 end-of-central-directory record.
+    if (eocd < 20 || le(&tail[eocd - 20], 4) != 0x07064b50) return std::nullopt;
+    const auto rec = read_at(le(&tail[eocd - 20 + 8], 8), 56);
+    if (rec.size() < 56 || le(rec.data(), 4) != 0x06064b50) return std::nullopt;
+    entries = le(&rec[32], 8);
+    cd_size = le(&rec[40], 8);
+    cd_off = le(&rec[48], 8);
+  }
+  if (cd_off + cd_size > size || cd_size > (uint64_t{1} << 30)) return std::nullopt;
+  const auto cd = read_at(cd_off, cd_size);
+  uint64_t pos = 0;
+  for (uint64_t e = 0; e < entries && pos + 46 <= cd.size(); ++e) {
+    const unsigned char* h = &cd[pos];
+    if (le(h, 4) != 0x02014b50) return std::nullopt;
+    const uint64_t method = le(h + 10, 2), name_n = le(h + 28, 2);
+    const uint64_t next = pos + 46 + name_n + le(h + 30, 2) + le(h + 32, 2);
+    if (pos + 46 + name_n > cd.size()) return std::nullopt;
+    if (method != 0) return std::make_pair(std::string(reinterpret_cast<const char*>(h + 46), name_n), method);
+    pos = next;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -364,6 +441,15 @@ ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
   VOLT_CHECK(fs::is_regular_file(path_), CheckpointError, "checkpoint '", path_, "' is not a file");
   file_size_ = fs::file_size(path_);
   VOLT_CHECK(file_size_ > 0, CheckpointError, "checkpoint '", path_, "' is empty (truncated write?)");
+  // Tensors are read straight from the file at their offsets, so every entry must be stored
+  // uncompressed, as volt and torch.save write them; a re-zipped file would otherwise look truncated.
+  if (auto c = first_compressed_entry(path_, file_size_))
+    throw CheckpointError(detail::str_cat(
+        "checkpoint '", path_, "': zip entry '", c->first, "' is compressed (method ", c->second, ", ",
+        zip_method_name(c->second),
+        "); volt reads only stored (uncompressed) entries, as volt and torch.save "
+        "write them. The file was probably re-zipped: store it again without compression (`zip -0 -r`, or "
+        "Python's zipfile with ZIP_STORED), or save the checkpoint again"));
   std::string index_text;
   std::map<std::string, uint64_t> offsets;
   try {

@@ -15,7 +15,8 @@ namespace volt::detail {
 
 class StopSignals {
  public:
-  StopSignals();
+  /// `extra` (0 = none): one more signal to catch the same way (SLURM's requeue signal).
+  explicit StopSignals(int extra = 0);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -24,7 +25,8 @@ class StopSignals {
 
  private:
   struct sigaction old_int_ {
-  }, old_term_{};
+  }, old_term_{}, old_extra_{};
+  int extra_ = 0;
   bool outermost_ = false;
 };
 

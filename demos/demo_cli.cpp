@@ -15,6 +15,9 @@ namespace volt::demos {
 namespace {
 
 struct Config {
+  // model.vocab_size 0 (the CLI's default) means the data's vocabulary size.
+  Config() { model.vocab_size = 0; }
+
   TrainerOptions trainer;
   demos::LanguageModelOptions model;
   demos::WikiText2DataOptions data;
@@ -34,7 +37,13 @@ int run_cli(const cli::Command& args) {
   Config cfg = options_from_yaml<Config>(raw, "");
   // Validate everything before any work starts.
   cfg.trainer.validate();
-  cfg.model.validate();
+  VOLT_CHECK(cfg.model.vocab_size >= 0, ConfigError, "config key 'model.vocab_size': must be >= 0 (0 or absent: the ",
+             "data's vocabulary size), got ", cfg.model.vocab_size);
+  {
+    LanguageModelOptions check = cfg.model;  // the rest of the model's options, before any work
+    if (check.vocab_size == 0) check.vocab_size = 1;
+    check.validate();
+  }
   cfg.data.validate();
   VOLT_CHECK(cfg.data.block_size <= kMaxSequenceLength, ConfigError,
              "config key 'data.block_size': ", cfg.data.block_size, " exceeds the demo model's ", kMaxSequenceLength,
@@ -49,7 +58,6 @@ int run_cli(const cli::Command& args) {
     return 0;
   }
   if (cfg.trainer.seed) torch::manual_seed(static_cast<uint64_t>(*cfg.trainer.seed));
-  trainer.set_config(resolved);
   // A missing or unreadable data file is found before any work: a configuration error (exit 2).
   std::unique_ptr<demos::WikiText2Data> data_ptr;
   try {
@@ -58,7 +66,19 @@ int run_cli(const cli::Command& args) {
     throw ConfigError(e.what());
   }
   demos::WikiText2Data& data = *data_ptr;
-  cfg.model.vocab_size = data.vocab_size();
+  // Unset: the data's vocabulary. Set: honoured when it covers every token id (a larger embedding
+  // than needed is allowed); smaller would index past the embedding.
+  const int64_t data_vocab = data.vocab_size();
+  if (cfg.model.vocab_size == 0) {
+    cfg.model.vocab_size = data_vocab;
+  } else {
+    VOLT_CHECK(cfg.model.vocab_size >= data_vocab, ConfigError, "config key 'model.vocab_size': ", cfg.model.vocab_size,
+               " is smaller than the vocabulary of the data in '", cfg.data.data_dir, "' (", data_vocab,
+               " tokens), whose token ids would index past the embedding; remove the key (or set 0) ",
+               "to use the data's vocabulary size, or set it to at least ", data_vocab);
+  }
+  resolved["model"]["vocab_size"] = cfg.model.vocab_size;  // the saved config shows the size used
+  trainer.set_config(resolved);
   demos::LanguageModel model(cfg.model);
   if (args.subcommand == "fit") {
     auto train = data.train_loader();

@@ -1,5 +1,6 @@
 #include "volt/distributed/launcher.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +9,9 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -19,6 +22,42 @@
 namespace volt {
 
 namespace detail {
+
+int launcher_death_signal() { return SIGRTMIN + 2; }
+
+namespace {
+// [Note: the launcher's death] A launched rank gets launcher_death_signal() when rank 0 (its
+// launcher) dies (PR_SET_PDEATHSIG). The signal is blocked from fork on, so it waits, pending,
+// until the rank installs the handler below (watch_launcher) and unblocks it; the handler writes one
+// line naming the dead launcher and ends the rank. The line is prepared before the handler is
+// installed, in the only static buffer of this file: a handler can reach nothing else.
+char g_launcher_died_line[160];
+size_t g_launcher_died_len = 0;
+
+extern "C" void on_launcher_death(int) {
+  [[maybe_unused]] const ssize_t n = ::write(2, g_launcher_died_line, g_launcher_died_len);
+  ::_exit(1);
+}
+}  // namespace
+
+void watch_launcher(int64_t rank) {
+  const int sig = launcher_death_signal();
+  const char* parent = std::getenv("VOLT_LAUNCHER_PID");
+  const int len = std::snprintf(g_launcher_died_line, sizeof g_launcher_died_line,
+                                "[rank %lld] rank 0 (volt's launcher, pid %s) died; ending rank %lld\n",
+                                static_cast<long long>(rank), parent ? parent : "?", static_cast<long long>(rank));
+  g_launcher_died_len = len > 0 ? std::min<size_t>(len, sizeof g_launcher_died_line - 1) : 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_launcher_death;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  // Died before PR_SET_PDEATHSIG took effect: the signal never came.
+  if (parent && ::getppid() != static_cast<pid_t>(std::atoll(parent))) on_launcher_death(sig);
+}
 
 std::vector<std::string> self_argv() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -67,20 +106,32 @@ Launcher::Launcher(int64_t world_size) {
     ::setenv("VOLT_LAUNCHED", "1", 1);
     ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
   };
+  ::setenv("VOLT_LAUNCHER_PID", std::to_string(parent).c_str(), 1);
   for (int64_t r = 1; r < world_size; ++r) {
     set_common(r);
     std::vector<char*> cargv;
     for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
+    // Signals wait while the child still runs this process's handlers (a SIGINT that only set this
+    // process's stop flag in the child's copy would be lost at exec).
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     const pid_t pid = ::fork();
-    VOLT_CHECK(pid >= 0, DistributedError, "Launcher: fork failed for rank ", r, ": ", std::strerror(errno));
     if (pid == 0) {
-      // Child: die with the parent; never return into the parent's stack.
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      // Child: default handlers, the launcher-death signal blocked until the rank watches for it
+      // (detail::watch_launcher), everything else as before; never return into the parent's stack.
+      for (int s : {SIGINT, SIGTERM}) ::signal(s, SIG_DFL);
+      ::prctl(PR_SET_PDEATHSIG, detail::launcher_death_signal());
+      sigaddset(&old, detail::launcher_death_signal());
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
       if (::getppid() != parent) ::_exit(1);
       ::execv(exe.c_str(), cargv.data());
       ::_exit(127);
     }
+    const int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    VOLT_CHECK(pid >= 0, DistributedError, "Launcher: fork failed for rank ", r, ": ", std::strerror(fork_errno));
     pids_.push_back(pid);
   }
   set_common(0);
@@ -123,6 +174,8 @@ void Launcher::watch() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
+
+void Launcher::kill_all() { terminate_all(SIGKILL); }
 
 void Launcher::terminate_all(int sig) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -3,7 +3,8 @@
 /// process that runs becomes rank 0 and starts N-1 copies of itself (same executable, same
 /// arguments) with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT set and its share of cores.
 ///
-/// The launcher owns its children: they die with the parent (PR_SET_PDEATHSIG); if one exits
+/// The launcher owns its children: they die with the parent (PR_SET_PDEATHSIG, naming it once they
+/// have called detail::watch_launcher; [Note: the launcher's death]); if one exits
 /// non-zero or is killed, a watchdog thread logs it, stops the others and the parent's collectives
 /// fail; wait_children() reports which rank failed. RAII: the destructor terminates and reaps any
 /// child still running. Not thread-safe (one launcher per process).
@@ -34,6 +35,9 @@ class Launcher {
   /// The rank whose failure was seen first (-1 if none), and its description.
   int64_t failed_rank() const { return failed_rank_.load(); }
   std::string failure() const;
+  /// SIGKILL to every rank still running (a stopped one too): for a launcher that must end now.
+  /// Thread-safe.
+  void kill_all();
 
  private:
   void watch();
@@ -54,6 +58,11 @@ namespace detail {
 std::vector<std::string> self_argv();
 /// Cores this process may use.
 int64_t available_cores();
+/// The signal a launched rank receives when its launcher dies (a real-time signal).
+int launcher_death_signal();
+/// In a launched rank (`rank` > 0): from now on, the launcher's death ends this rank at once with
+/// one line naming it (exit code 1), even if the rank is blocked. Call once, early.
+void watch_launcher(int64_t rank);
 }  // namespace detail
 
 }  // namespace volt

@@ -27,6 +27,7 @@ namespace volt {
 
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<PeerWatchdog> watchdog;  // shared with the sub-groups; null in a world of one
   c10::intrusive_ptr<compat::C10dBackend> pg;
 };
 
@@ -85,18 +86,36 @@ constexpr bool kHaveNccl = false;
 
 }  // namespace
 
-CollectiveWork::CollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish)
-    : work_(std::move(work)), what_(std::move(what)), finish_(std::move(finish)) {}
+CollectiveWork::CollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish,
+                               std::shared_ptr<PeerWatchdog> watchdog)
+    : work_(std::move(work)), what_(std::move(what)), finish_(std::move(finish)), watchdog_(std::move(watchdog)) {}
+
+namespace {
+// Why a collective failed: the peer failure the watchdog knows of (waiting for its judgement, as a
+// dead peer breaks the connection before its heartbeat is missed), else the usual suspects.
+std::string failure_cause(const std::shared_ptr<PeerWatchdog>& w) {
+  if (w) {
+    const std::string f = w->await_failure();
+    if (!f.empty()) return ". Cause: " + f;
+  }
+  return ". A peer rank probably died or stalled past the timeout; check the other ranks' logs.";
+}
+}  // namespace
 
 void CollectiveWork::wait() {
   try {
+    if (watchdog_ && work_) watchdog_->check(what_);
+    PeerWatchdog::Blocked blocked(work_ ? watchdog_.get() : nullptr, what_);
     if (work_) work_->wait();
+  } catch (const DistributedError&) {
+    work_.reset();
+    finish_ = nullptr;
+    throw;
   } catch (const std::exception& e) {
     work_.reset();
     finish_ = nullptr;
     std::string msg = e.what();
-    throw DistributedError(what_ + " failed: " + msg.substr(0, msg.find('\n')) +
-                           ". A peer rank probably died or stalled past the timeout; check the other ranks' logs.");
+    throw DistributedError(what_ + " failed: " + msg.substr(0, msg.find('\n')) + failure_cause(watchdog_));
   }
   work_.reset();
   if (finish_) {
@@ -123,9 +142,17 @@ ProcessGroup::ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, c
   so.timeout = options.timeout;
   try {
     impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    if (size_ > 1) {
+      // Heartbeats from here on: a rank that dies between joining and Gloo's connect is seen too.
+      LivenessOptions live = options.liveness;
+      live.peer_failure = options.peer_failure;
+      live.timeout = std::min(live.timeout, timeout_);
+      impl_->watchdog = std::make_shared<PeerWatchdog>(env.master_addr, env.port, rank_, size_, std::move(live));
+    }
     impl_->store->add(kJoinedKey, 1);  // every rank, whoever waits for the count
     if (!so.waitWorkers) wait_for_ranks(options.peer_failure);
     const std::string host = (env.master_addr == "127.0.0.1" || env.master_addr == "localhost") ? "127.0.0.1" : "";
+    auto blocked = enter("rendezvous (connecting " + backend_name_ + ")");
     impl_->pg = make_backend(backend_name_, impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_,
                              host.empty() ? std::string("0.0.0.0") : host);
   } catch (const std::exception& e) {
@@ -140,7 +167,8 @@ void ProcessGroup::wait_for_ranks(const std::function<std::string()>& peer_failu
   for (;;) {
     const int64_t joined = impl_->store->add(kJoinedKey, 0) - 1;  // the others
     if (joined >= size_ - 1) break;
-    const std::string failure = peer_failure();
+    std::string failure = peer_failure ? peer_failure() : std::string();
+    if (failure.empty() && impl_->watchdog) failure = impl_->watchdog->failure();
     VOLT_CHECK(failure.empty(), DistributedError, "rendezvous: ", failure, " before joining (", joined, " of ",
                size_ - 1, " other ranks had joined); stopping");
     VOLT_CHECK(std::chrono::steady_clock::now() - start < timeout_, DistributedError, "rendezvous: only ", joined,
@@ -162,7 +190,9 @@ ProcessGroup::ProcessGroup(ProcessGroup& parent, const std::vector<int64_t>& ran
   rank_ = it - ranks.begin();
   size_ = static_cast<int64_t>(ranks.size());
   impl_->store = c10::make_intrusive<c10d::PrefixStore>("volt/" + tag, parent.impl_->store);
+  impl_->watchdog = parent.impl_->watchdog;
   try {
+    auto blocked = enter("creating sub-group '" + tag + "'");
     impl_->pg = make_backend(backend_name_, impl_->store, static_cast<int>(rank_), static_cast<int>(size_), timeout_,
                              "127.0.0.1");
   } catch (const std::exception& e) {
@@ -170,22 +200,39 @@ ProcessGroup::ProcessGroup(ProcessGroup& parent, const std::vector<int64_t>& ran
   }
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  // The backend first (it may still use the store), then the watchdog says goodbye, then the store.
+  impl_->pg.reset();
+  impl_->watchdog.reset();
+}
+
+PeerWatchdog::Blocked ProcessGroup::enter(const std::string& collective) const {
+  if (impl_->watchdog) impl_->watchdog->check(describe(collective));
+  return PeerWatchdog::Blocked(impl_->watchdog.get(), describe(collective));
+}
+
+void ProcessGroup::report_failure(const std::string& what) {
+  if (impl_->watchdog) impl_->watchdog->report(what);
+}
+
+std::string ProcessGroup::peer_failure() const { return impl_->watchdog ? impl_->watchdog->failure() : std::string(); }
 
 std::string ProcessGroup::describe(const std::string& collective) const {
   return detail::str_cat(collective, " on rank ", global_rank(rank_), " (group '", tag_, "', size ", size_, ")");
 }
 
 void ProcessGroup::fail(const std::string& collective, const std::exception& e) const {
+  if (auto* d = dynamic_cast<const DistributedError*>(&e)) throw *d;
   std::string msg = e.what();
   throw DistributedError(describe(collective) + " failed: " + msg.substr(0, msg.find('\n')) +
-                         ". A peer rank probably died or stalled past the timeout; check the other ranks' logs.");
+                         failure_cause(impl_->watchdog));
 }
 
 CollectiveWork ProcessGroup::all_reduce_async(torch::Tensor& t, ReduceOp op) {
   VOLT_CHECK(op != ReduceOp::Mean || at::isFloatingType(t.scalar_type()), DistributedError, describe("all_reduce"),
              ": Mean of a ", t.scalar_type(), " tensor would truncate; reduce with Sum and divide in a floating type");
   if (size_ == 1) return {};
+  if (impl_->watchdog) impl_->watchdog->check(describe("all_reduce"));
   // Gloo reduces half types in fp32; NCCL takes them (and AVG) natively but only CUDA tensors.
   torch::Tensor wire = (!nccl_ && is_half(t)) ? t.to(at::kFloat) : on_wire_device(t);
   if (!wire.is_contiguous()) wire = wire.contiguous();
@@ -201,13 +248,16 @@ CollectiveWork ProcessGroup::all_reduce_async(torch::Tensor& t, ReduceOp op) {
     auto work = impl_->pg->allreduce(v, o);
     torch::Tensor target = t;
     const int64_t n = size_;
-    return CollectiveWork(work, describe("all_reduce"), [target, wire, op, n]() mutable {
-      if (op == ReduceOp::Mean) wire.div_(static_cast<double>(n));
-      if (!wire.is_same(target)) {
-        at::AutoDispatchBelowADInplaceOrView guard;
-        target.copy_(wire);
-      }
-    });
+    return CollectiveWork(
+        work, describe("all_reduce"),
+        [target, wire, op, n]() mutable {
+          if (op == ReduceOp::Mean) wire.div_(static_cast<double>(n));
+          if (!wire.is_same(target)) {
+            at::AutoDispatchBelowADInplaceOrView guard;
+            target.copy_(wire);
+          }
+        },
+        impl_->watchdog);
   } catch (const std::exception& e) {
     fail("all_reduce", e);
   }
@@ -223,6 +273,7 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
     flat.view(-1).copy_(shard.view(-1));
     return {};
   }
+  if (impl_->watchdog) impl_->watchdog->check(describe("all_gather"));
   if (nccl_) {
     torch::Tensor out = on_wire_device(flat).view(-1);
     torch::Tensor in = on_wire_device(shard).contiguous().view(-1);
@@ -230,12 +281,15 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
     try {
       auto work = impl_->pg->_allgather_base(out, in);
       if (out.is_same(flat) || out.data_ptr() == flat.data_ptr())
-        return CollectiveWork(work, describe("all_gather"), nullptr);
+        return CollectiveWork(work, describe("all_gather"), nullptr, impl_->watchdog);
       torch::Tensor target = flat;
-      return CollectiveWork(work, describe("all_gather"), [target, out]() mutable {
-        at::AutoDispatchBelowADInplaceOrView guard;
-        target.view(-1).copy_(out);
-      });
+      return CollectiveWork(
+          work, describe("all_gather"),
+          [target, out]() mutable {
+            at::AutoDispatchBelowADInplaceOrView guard;
+            target.view(-1).copy_(out);
+          },
+          impl_->watchdog);
     } catch (const std::exception& e) {
       fail("all_gather", e);
     }
@@ -247,7 +301,7 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
   std::vector<torch::Tensor> inputs{as_wire(shard.contiguous().view(-1))};
   bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
   try {
-    return CollectiveWork(impl_->pg->allgather(outputs, inputs), describe("all_gather"), nullptr);
+    return CollectiveWork(impl_->pg->allgather(outputs, inputs), describe("all_gather"), nullptr, impl_->watchdog);
   } catch (const std::exception& e) {
     fail("all_gather", e);
   }
@@ -269,6 +323,7 @@ void ProcessGroup::reduce_scatter(torch::Tensor& shard, const torch::Tensor& ful
     c10d::ReduceScatterOptions o;
     o.reduceOp = op == ReduceOp::Mean ? c10d::ReduceOp(c10d::ReduceOp::AVG) : to_c10d(op);
     bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
+    auto blocked = enter("reduce_scatter");
     try {
       impl_->pg->_reduce_scatter_base(out, in, o)->wait();
     } catch (const std::exception& e) {
@@ -282,6 +337,7 @@ void ProcessGroup::reduce_scatter(torch::Tensor& shard, const torch::Tensor& ful
   torch::Tensor out = torch::empty_like(in);
   std::vector<int64_t> splits(size_, shard.numel());
   bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
+  auto blocked = enter("reduce_scatter (all_to_all)");
   try {
     impl_->pg->alltoall_base(out, in, splits, splits)->wait();
   } catch (const std::exception& e) {
@@ -302,6 +358,7 @@ void ProcessGroup::broadcast(torch::Tensor& t, int64_t src) {
   c10d::BroadcastOptions o;
   o.rootRank = src;
   if (rank_ == src) bytes_sent_ += wire.numel() * wire.element_size();
+  auto blocked = enter("broadcast");
   try {
     impl_->pg->broadcast(v, o)->wait();
   } catch (const std::exception& e) {
@@ -317,6 +374,7 @@ void ProcessGroup::barrier(const std::string& name) {
   if (size_ == 1) return;
   // A tiny all-reduce: unlike Gloo's barrier it reports a dead peer like any collective.
   torch::Tensor t = on_wire_device(torch::zeros({1}));
+  auto blocked = enter("barrier '" + name + "'");
   try {
     std::vector<torch::Tensor> v{t};
     impl_->pg->allreduce(v)->wait();

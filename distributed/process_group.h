@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "volt/distributed/cluster_env.h"
+#include "volt/distributed/peer_watchdog.h"
 #include "volt/distributed/reduce_op.h"
 
 namespace c10d {
@@ -36,13 +37,16 @@ struct ProcessGroupOptions {
   /// Rank 0 polls it while waiting for the other ranks to join: a non-empty answer (a launched rank
   /// that died, say) ends the wait at once with a DistributedError carrying it. Optional.
   std::function<std::string()> peer_failure;
+  /// Heartbeats between the ranks (distributed/peer_watchdog.h); its timeout is capped at `timeout`.
+  LivenessOptions liveness;
 };
 
 /// A pending collective. wait() rethrows failures as DistributedError; `finish` (if set) runs after.
 class CollectiveWork {
  public:
   CollectiveWork() = default;
-  CollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish);
+  CollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish,
+                 std::shared_ptr<PeerWatchdog> watchdog = nullptr);
   void wait();
   bool valid() const { return static_cast<bool>(work_) || static_cast<bool>(finish_); }
 
@@ -50,6 +54,7 @@ class CollectiveWork {
   c10::intrusive_ptr<c10d::Work> work_;
   std::string what_;
   std::function<void()> finish_;
+  std::shared_ptr<PeerWatchdog> watchdog_;
 };
 
 class ProcessGroup {
@@ -82,6 +87,12 @@ class ProcessGroup {
   /// Every rank's tensor of the same shape, gathered into a list (small metadata exchanges).
   std::vector<torch::Tensor> all_gather_list(const torch::Tensor& t);
 
+  /// Tells every peer that this rank failed with `what` (they stop at their next collective, naming
+  /// it, instead of waiting for it); no-op in a world of one.
+  void report_failure(const std::string& what);
+  /// The first peer failure known to this rank ("" while none).
+  std::string peer_failure() const;
+
   /// Bytes this rank sent in collectives since construction (counting, for benchmarks).
   int64_t bytes_sent() const { return bytes_sent_; }
   void reset_bytes_sent() { bytes_sent_ = 0; }
@@ -90,6 +101,8 @@ class ProcessGroup {
   /// Rank 0 of a store it serves: returns once every other rank has connected.
   void wait_for_ranks(const std::function<std::string()>& peer_failure);
   [[noreturn]] void fail(const std::string& collective, const std::exception& e) const;
+  /// Throws if a peer is known to have failed; then the scope marks this thread blocked in `collective`.
+  PeerWatchdog::Blocked enter(const std::string& collective) const;
   /// The tensor the backend can move: itself, or a CUDA copy of a CPU tensor on NCCL.
   torch::Tensor on_wire_device(const torch::Tensor& t) const;
   std::string describe(const std::string& collective) const;

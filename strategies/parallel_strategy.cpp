@@ -23,6 +23,7 @@ ParallelStrategy::~ParallelStrategy() {
 void ParallelStrategy::setup_environment() {
   if (pg_) return;
   env_ = ClusterEnv::detect();
+  if (env_.source == "volt" && env_.rank > 0) detail::watch_launcher(env_.rank);
   const int64_t expected = devices_ * num_nodes_;
   if (env_.source == "none") {
     VOLT_CHECK(num_nodes_ == 1, DistributedError, "num_nodes=", num_nodes_,
@@ -58,8 +59,15 @@ void ParallelStrategy::setup_environment() {
       env_.local_world_size > static_cast<int64_t>(torch::cuda::device_count()))
     o.backend = "gloo";
   o.timeout = timeout_;
-  if (launcher_)
+  o.liveness = LivenessOptions::from_env();
+  if (launcher_) {
     o.peer_failure = [l = launcher_.get()] { return l->failed_rank() >= 0 ? l->failure() : std::string(); };
+    // Ending rank 0 ends the job: its ranks go first, stopped ones included.
+    o.liveness.on_stuck = [l = launcher_.get()](const std::string& message) {
+      l->kill_all();
+      detail::end_blocked_process(message);
+    };
+  }
   pg_ = std::make_unique<ProcessGroup>(env_, o, accelerator_);
   spdlog::info("Initialized process group: rank {} of {} ({} backend, from {} environment)", env_.rank, env_.world_size,
                pg_->backend(), env_.source);
@@ -90,6 +98,15 @@ void ParallelStrategy::finalize() {
   // Non-blocking: the launched ranks may still have work after this call (another fit, a test);
   // the launcher's destructor waits for them to finish.
   if (launcher_ && launcher_->failed_rank() >= 0) throw DistributedError(launcher_->failure());
+}
+
+void ParallelStrategy::on_exception(const std::exception& error) {
+  if (!pg_ || pg_->size() < 2) return;
+  const std::string what = error.what();
+  try {
+    pg_->report_failure(detail::str_cat("rank ", env_.rank, " failed: ", what.substr(0, what.find('\n'))));
+  } catch (const std::exception&) {  // the original error is the one to report
+  }
 }
 
 void ParallelStrategy::broadcast_module(torch::nn::Module& module) {

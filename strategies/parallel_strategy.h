@@ -25,6 +25,7 @@ class ParallelStrategy : public Strategy {
   /// Throws DistributedError naming the rank if a launched rank (rank 0 of a self-launched job) has
   /// failed; does not wait. The launcher waits for its ranks when the strategy is destroyed.
   void finalize() override;
+  void on_exception(const std::exception& error) override;
 
   ProcessGroup& process_group();
   const ClusterEnv& cluster_env() const { return env_; }

@@ -72,6 +72,10 @@ class Strategy {
   /// Called by the Trainer at the end of fit/validate/test on every rank: throws DistributedError
   /// naming the rank if a process this strategy launched has failed. Does not wait.
   virtual void finalize() {}
+  /// Called by the Trainer on this rank when fit fails with `error` (Lightning's on_exception):
+  /// distributed strategies tell the other ranks, which stop naming this rank instead of waiting
+  /// for it in their next collective. Must not throw.
+  virtual void on_exception(const std::exception& error) {}
   /// Extra lines for the model summary (FSDP: its units and the bytes each rank holds).
   virtual std::string describe_module(LightningModule& module) { return {}; }
 

@@ -17,10 +17,14 @@ class Module;
 
 namespace volt {
 
+/// PyTorch DDP's options (strategies/ddp.h has what each does).
 struct DDPOptions {
   double bucket_cap_mb = 25.0;
+  /// .grad of every parameter is a view into its gradient bucket (no second copy of the gradients).
   bool gradient_as_bucket_view = false;
+  /// The parameters that get a gradient are the same every step (learned on the first step).
   bool static_graph = false;
+  /// Allow parameters that get no gradient on some or all ranks (otherwise an error).
   bool find_unused_parameters = false;
   int64_t timeout = 1800;             // seconds, as Lightning's default 30 min
   std::string process_group_backend;  // "" = gloo on the CPU, nccl on CUDA
@@ -118,6 +122,8 @@ struct FSDPOptions {
   bool limit_all_gathers = true;
   Choice<BackwardPrefetch> backward_prefetch = BackwardPrefetch::BackwardPre;
   bool forward_prefetch = false;
+  /// true: rank 0's parameters and buffers are broadcast to every rank before sharding. false: no
+  /// broadcast; the ranks must already hold the same values (checked, ConfigError otherwise).
   bool sync_module_states = false;
   int64_t timeout = 1800;
   std::string process_group_backend;

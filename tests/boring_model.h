@@ -114,10 +114,11 @@ inline TrainerOptions quiet_options(const std::string& root) {
 
 /// Runs one process per entry (argv, extra environment) in parallel, each with its output in
 /// `<log_prefix>.<i>.log`; kills all after `timeout_s`. Returns the exit codes (128+signal when
-/// killed by a signal, -1 on timeout).
+/// killed by a signal, -1 on timeout). With `until` >= 0, the others are killed (SIGKILL) as soon as
+/// process `until` has exited (a rank left stopped or hung on purpose).
 std::vector<int> run_processes(const std::vector<std::vector<std::string>>& argvs,
                                const std::vector<std::map<std::string, std::string>>& envs, int timeout_s,
-                               const std::string& log_prefix);
+                               const std::string& log_prefix, int until = -1);
 /// Reads a file into a string ("" if missing).
 std::string read_text(const std::string& path);
 

@@ -33,7 +33,7 @@ std::string read_text(const std::string& path) {
 
 std::vector<int> run_processes(const std::vector<std::vector<std::string>>& argvs,
                                const std::vector<std::map<std::string, std::string>>& envs, int timeout_s,
-                               const std::string& log_prefix) {
+                               const std::string& log_prefix, int until) {
   std::vector<pid_t> pids;
   for (size_t i = 0; i < argvs.size(); ++i) {
     const std::string log = log_prefix + "." + std::to_string(i) + ".log";
@@ -58,7 +58,7 @@ std::vector<int> run_processes(const std::vector<std::vector<std::string>>& argv
   std::vector<bool> done(pids.size(), false);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   size_t left = pids.size();
-  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+  while (left > 0 && std::chrono::steady_clock::now() < deadline && !(until >= 0 && done[until])) {
     for (size_t i = 0; i < pids.size(); ++i) {
       if (done[i]) continue;
       int st = 0;

@@ -98,6 +98,10 @@ void FitLoop::run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_
     hooks_.on_train_batch_end(module, loss_d, b, i);
     if (val_every > 0 && (i + 1) % val_every == 0 && val_batches > 0)
       evaluation_.run(module, *val_loader, RunningStage::Validate, val_batches, progress_);
+    if (requeue_pending_) {
+      requeue_pending_ = false;
+      throw TrainingError(save_and_requeue_());
+    }
   }
   // Also when max_steps or should_stop ended the epoch early: Lightning's fit loop still runs
   // on_train_epoch_end and logs the epoch-level training metrics of the batches that ran.
@@ -125,7 +129,9 @@ void FitLoop::check_step(const torch::Tensor& loss, int64_t batch_idx) {
     signalled = static_cast<int64_t>(t[1].item<double>());
     sig = -static_cast<int64_t>(t[2].item<double>());
   }
-  if (signalled < world)
+  if (signalled < world && requeue_signal_ != 0 && sig == requeue_signal_) {
+    requeue_pending_ = true;  // after this step's update, so the checkpoint holds a whole step
+  } else if (signalled < world) {
     throw TrainingError(detail::str_cat("stopped by ",
                                         sig == SIGINT    ? "SIGINT"
                                         : sig == SIGTERM ? "SIGTERM"
@@ -133,6 +139,7 @@ void FitLoop::check_step(const torch::Tensor& loss, int64_t batch_idx) {
                                         " (received by rank ", signalled, ") at step ", progress_.global_step,
                                         " (epoch ", progress_.epoch, ", batch ", batch_idx,
                                         "); the checkpoints already written are kept: resume with ckpt_path=last"));
+  }
   if (bad >= world) return;
   throw TrainingError(detail::str_cat(
       "step ", progress_.global_step, " (epoch ", progress_.epoch, ", batch ", batch_idx, "): the training loss is ",

@@ -8,6 +8,8 @@
 /// Trainer's optimizer configuration, stage and should_stop flag; owns the progress, which lasts
 /// across fit calls. Thread-safety: the training thread only.
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "volt/core/stateful.h"
 #include "volt/module/data.h"
@@ -40,6 +42,14 @@ class FitLoop : public Stateful {
   /// on_train_start and on_train_end hooks.
   void run(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader);
 
+  /// SLURM auto-requeue: when any rank received `signal`, every rank finishes the step, then
+  /// `save_and_requeue` runs (collective; returns what it did) and fit ends with a TrainingError
+  /// carrying that. signal 0 turns it off.
+  void set_requeue(int signal, std::function<std::string()> save_and_requeue) {
+    requeue_signal_ = signal;
+    save_and_requeue_ = std::move(save_and_requeue);
+  }
+
   const FitProgress& progress() const { return progress_; }
   int64_t num_training_batches() const { return num_training_batches_; }
 
@@ -71,6 +81,9 @@ class FitLoop : public Stateful {
   LightningModule* module_ = nullptr;  // during run()
   FitProgress progress_;
   int64_t num_training_batches_ = 0;
+  int requeue_signal_ = 0;
+  std::function<std::string()> save_and_requeue_;
+  bool requeue_pending_ = false;  // agreed by check_step; acted on at the end of the step
 };
 
 }  // namespace volt

@@ -130,7 +130,14 @@ void Trainer::log_metric(const std::string& name, const torch::Tensor& value, co
 void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader,
                   const std::string& ckpt_path) {
   try {
-    detail::StopSignals stop_signals;  // SIGINT/SIGTERM end fit cleanly (FitLoop::check_step)
+    const int requeue_signal = options_.slurm.active_signal();
+    detail::StopSignals stop_signals(requeue_signal);  // SIGINT/SIGTERM end fit cleanly (FitLoop::check_step)
+    std::string resume_from = ckpt_path;
+    if (resume_from.empty() && requeue_signal) {
+      resume_from = detail::hpc_resume_path(options_.default_root_dir);
+      if (!resume_from.empty()) spdlog::info("SLURM job requeued: resuming from {}", resume_from);
+    }
+    fit_loop_.set_requeue(requeue_signal, [this, &module] { return save_and_requeue(module); });
     std::optional<torch::autograd::DetectAnomalyGuard> anomaly;
     if (options_.detect_anomaly) anomaly.emplace();
     setup(module, "fit");
@@ -138,7 +145,7 @@ void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader*
     metrics_.reset_epoch(Metrics::Loop::Eval);
     strategy_->setup_dataloader(train_loader);
     if (val_loader) strategy_->setup_dataloader(*val_loader);
-    if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path);
+    if (!resume_from.empty()) checkpoint_connector_.restore(module, resume_from);
     fit_loop_.setup_data(train_loader);
     const BatchLimit& vci = options_.val_check_interval;
     VOLT_CHECK(!val_loader || vci.is_fraction || static_cast<int64_t>(vci.value) <= fit_loop_.num_training_batches(),
@@ -146,7 +153,7 @@ void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader*
                " must be <= the number of training batches (", fit_loop_.num_training_batches(),
                "); to validate less often use check_val_every_n_epoch, to skip validation limit_val_batches: 0");
     hooks_.on_fit_start(module);
-    if (val_loader && options_.num_sanity_val_steps != 0 && ckpt_path.empty()) {
+    if (val_loader && options_.num_sanity_val_steps != 0 && resume_from.empty()) {
       const int64_t avail = options_.limit_val_batches.apply(val_loader->num_batches());
       const int64_t n = options_.num_sanity_val_steps < 0 ? avail : std::min(avail, options_.num_sanity_val_steps);
       evaluation_loop_.run(module, *val_loader, RunningStage::Sanity, n, fit_loop_.progress());
@@ -155,6 +162,7 @@ void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader*
     hooks_.on_fit_end(module);
     finish(module, "fit");
   } catch (const std::exception& e) {
+    strategy_->on_exception(e);
     hooks_.on_exception(module, e);
     try {
       if (logger_) logger_->flush();
@@ -164,6 +172,21 @@ void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader*
     stage_ = RunningStage::None;
     throw;
   }
+}
+
+std::string Trainer::save_and_requeue(LightningModule& module) {
+  // Rank 0 numbers the file: the ranks must agree before any of them writes.
+  const std::string dir = options_.default_root_dir;
+  const int64_t n = strategy_->broadcast(torch::tensor({detail::next_hpc_index(dir)}, torch::kLong), 0).item<int64_t>();
+  const std::string path = detail::hpc_checkpoint_path(dir, n);
+  checkpoint_connector_.save(module, path, /*weights_only=*/false);
+  const std::string job = detail::slurm_batch_job_id();
+  if (is_global_zero()) {
+    detail::slurm_requeue(job);
+    spdlog::info("saved {} and requeued SLURM job {}", path, job);
+  }
+  return detail::str_cat("requeue signal: saved ", path, " at step ", global_step(), " and requeued SLURM job ", job,
+                         "; the requeued job resumes from it");
 }
 
 std::map<std::string, double> Trainer::validate(LightningModule& module, DataLoader& loader,

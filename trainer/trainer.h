@@ -86,6 +86,8 @@ class Trainer : public LogSink {
   void add_default_callbacks(const std::string& stage);
   /// The end of a call: logger flushed, teardown hooks, the strategy's teardown and finalize().
   void finish(LightningModule& module, const std::string& stage);
+  /// SLURM auto-requeue at the end of a step: hpc_ckpt_<N>.ckpt, then `scontrol requeue` on rank 0.
+  std::string save_and_requeue(LightningModule& module);
 
   // Declaration order is construction order: the parts borrow the members above them.
   TrainerOptions options_;

@@ -47,6 +47,7 @@ void TrainerOptions::validate() {
   VOLT_CHECK(val_check_interval.is_fraction ? val_check_interval.value > 0 : val_check_interval.value >= 1, ConfigError,
              "config key 'trainer.val_check_interval': must be a fraction in (0, 1] or a batch count >= 1");
   VOLT_CHECK(!default_root_dir.empty(), ConfigError, "config key 'trainer.default_root_dir': must not be empty");
+  slurm.requeue_signal.validate("trainer.slurm.requeue_signal");
   strategy.validate();
 }
 

@@ -7,6 +7,7 @@
 
 #include "volt/core/options.h"
 #include "volt/strategies/strategy_options.h"
+#include "volt/trainer/slurm_requeue.h"
 
 namespace volt {
 
@@ -38,6 +39,8 @@ struct TrainerOptions {
   /// LibTorch's anomaly detection during fit: backward names the forward operation whose gradient
   /// turned nan (slow; for debugging), as Lightning's detect_anomaly.
   bool detect_anomaly = false;
+  /// SLURM auto-requeue (trainer/slurm_requeue.h), Lightning's SLURMEnvironment plugin.
+  SLURMOptions slurm;
 
   template <class V>
   void visit(V& v) {
@@ -50,7 +53,7 @@ struct TrainerOptions {
         "gradient_clip_algorithm", gradient_clip_algorithm)("log_every_n_steps", log_every_n_steps)(
         "default_root_dir", default_root_dir)("enable_checkpointing", enable_checkpointing)(
         "enable_progress_bar", enable_progress_bar)("enable_model_summary", enable_model_summary)("logger", logger)(
-        "seed", seed)("deterministic", deterministic)("detect_anomaly", detect_anomaly);
+        "seed", seed)("deterministic", deterministic)("detect_anomaly", detect_anomaly)("slurm", slurm);
   }
   /// Checks every value and normalizes names; throws ConfigError naming the key.
   void validate();

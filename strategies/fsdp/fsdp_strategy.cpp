@@ -19,7 +19,55 @@ FSDPOptions validated(FSDPOptions o) {
   o.validate();  // before the mesh reads the sharding strategy
   return o;
 }
+
+/// A checksum of a tensor's bits: the sum of its elements read as integers of the same width
+/// (modulo 2^64, so the order of summation does not matter and every rank computes the same).
+int64_t bit_sum(const torch::Tensor& t) {
+  torch::Tensor c = t.detach().cpu().contiguous();
+  switch (c.element_size()) {
+    case 1:
+      return c.view(torch::kByte).sum(torch::kLong).item<int64_t>();
+    case 2:
+      return c.view(torch::kShort).sum(torch::kLong).item<int64_t>();
+    case 4:
+      return c.view(torch::kInt).sum(torch::kLong).item<int64_t>();
+    case 8:
+      return c.view(torch::kLong).sum(torch::kLong).item<int64_t>();
+    default:
+      return c.view(torch::kByte).sum(torch::kLong).item<int64_t>();
+  }
+}
 }  // namespace
+
+void FSDPStrategy::check_module_states_agree(LightningModule& module) {
+  // One all-reduce (max) of each tensor's checksum and of its complement: the ranks agree on a
+  // tensor exactly when max == min, and every rank reaches the same verdict before anyone throws.
+  std::vector<std::string> names;
+  std::vector<int64_t> sums;
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
+    names.push_back(name);
+    sums.push_back(bit_sum(t));
+  };
+  for (auto& kv : module.named_parameters()) add(kv.key(), kv.value());
+  for (auto& kv : module.named_buffers()) add(kv.key(), kv.value());
+  if (names.empty() || world_size() == 1) return;
+  const size_t n = sums.size();
+  std::vector<int64_t> both(sums);
+  for (int64_t v : sums) both.push_back(~v);
+  torch::Tensor t = torch::tensor(both, torch::kLong);
+  process_group().all_reduce(t, ReduceOp::Max);
+  auto a = t.accessor<int64_t, 1>();
+  std::vector<std::string> differ;
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != ~a[n + i]) differ.push_back(names[i]);
+  if (differ.empty()) return;
+  throw ConfigError(detail::str_cat(
+      "FSDP: the ranks' initial values of '", differ.front(), "'",
+      differ.size() > 1 ? detail::str_cat(" and ", differ.size() - 1, " more parameter(s)/buffer(s)") : "",
+      " differ, and config key 'trainer.strategy.sync_module_states' is false, so nothing is broadcast: each "
+      "rank's shard would come from a different model. Set trainer.strategy.sync_module_states: true to start "
+      "every rank from rank 0's values, or build the model from the same seed (or checkpoint) on every rank"));
+}
 
 FSDPStrategy::FSDPStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes,
                            FSDPOptions options)
@@ -79,7 +127,12 @@ std::vector<detail::FSDPUnit> FSDPStrategy::make_units(LightningModule& module) 
 
 void FSDPStrategy::setup_module(LightningModule& module) {
   Strategy::setup_module(module);
-  broadcast_module(module);  // sync_module_states: every rank starts from rank 0's weights
+  // Before sharding: sync_module_states broadcasts rank 0's parameters and buffers (PyTorch's
+  // meaning); without it the ranks must already agree, which one small collective checks.
+  if (options_.sync_module_states)
+    broadcast_module(module);
+  else
+    check_module_states_agree(module);
   if (buffer_dtype_) {
     // After the broadcast (Gloo cannot send bf16): buffers keep their identity, change dtype.
     torch::NoGradGuard ng;

@@ -81,6 +81,9 @@ class FSDPStrategy : public ParallelStrategy {
 
  private:
   std::vector<detail::FSDPUnit> make_units(LightningModule& module);
+  /// sync_module_states false: throws ConfigError on every rank when the ranks' parameters or
+  /// buffers differ (a bitwise checksum per tensor, one all-reduce).
+  void check_module_states_agree(LightningModule& module);
 
   FSDPOptions options_;
   detail::FSDPMesh mesh_;

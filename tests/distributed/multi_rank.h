@@ -81,6 +81,37 @@ inline std::vector<std::string> args_for(const std::string& out, const std::map<
   return a;
 }
 
+/// The worker's command line: the executable, then args_for(out, kv).
+inline std::vector<std::string> worker_argv(const std::string& out, const std::map<std::string, std::string>& kv) {
+  std::vector<std::string> a{VOLT_TEST_WORKER};
+  for (auto& s : args_for(out, kv)) a.push_back(s);
+  return a;
+}
+
+/// The variables torchrun gives rank `rank` of `world` (one node, rendezvous on 127.0.0.1:`port`),
+/// plus `extra`.
+inline std::map<std::string, std::string> torchrun_env(int rank, int world, int port,
+                                                       std::map<std::string, std::string> extra = {}) {
+  extra.insert({{"RANK", std::to_string(rank)},
+                {"WORLD_SIZE", std::to_string(world)},
+                {"LOCAL_RANK", std::to_string(rank)},
+                {"LOCAL_WORLD_SIZE", std::to_string(world)},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", std::to_string(port)}});
+  return extra;
+}
+/// The variables SLURM gives task `rank` of `world` on this node (MASTER_PORT as a job script sets
+/// it), plus `extra`.
+inline std::map<std::string, std::string> slurm_env(int rank, int world, int port,
+                                                    std::map<std::string, std::string> extra = {}) {
+  extra.insert({{"SLURM_PROCID", std::to_string(rank)},
+                {"SLURM_NTASKS", std::to_string(world)},
+                {"SLURM_LOCALID", std::to_string(rank)},
+                {"SLURM_NODELIST", "127.0.0.1"},
+                {"MASTER_PORT", std::to_string(port)}});
+  return extra;
+}
+
 /// True when no test worker writing `<dir>/o.pt` is running (no rank of that run was left behind).
 inline bool no_worker_left(const std::string& dir) {
   // "[v]olt" keeps pgrep from matching the shell that runs it.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "boring_model.h"
+#include "distributed/multi_rank.h"
 #include "distributed/process_group_scenario.h"
 #include "volt/core/errors.h"
 #include "volt/distributed/cluster_env.h"
@@ -34,12 +35,7 @@ const std::vector<Results>& scenario(int64_t world) {
   std::vector<std::map<std::string, std::string>> envs;
   for (int64_t r = 0; r < world; ++r) {
     argvs.push_back({VOLT_TEST_WORKER, "--pg_scenario=" + dir + "/out"});
-    envs.push_back({{"RANK", std::to_string(r)},
-                    {"WORLD_SIZE", std::to_string(world)},
-                    {"LOCAL_RANK", std::to_string(r)},
-                    {"LOCAL_WORLD_SIZE", std::to_string(world)},
-                    {"MASTER_ADDR", "127.0.0.1"},
-                    {"MASTER_PORT", std::to_string(port)}});
+    envs.push_back(torchrun_env(static_cast<int>(r), static_cast<int>(world), port));
   }
   const auto codes = run_processes(argvs, envs, 180, dir + "/rank");
   std::string logs;

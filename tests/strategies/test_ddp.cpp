@@ -1,12 +1,16 @@
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <set>
 
 #include "distributed/multi_rank.h"
+#include "volt/strategies/ddp.h"
 
 using namespace volt;
 using namespace volt::testing;
@@ -70,22 +74,8 @@ TEST_CASE("DDP under simulated torchrun and SLURM environments", "[ddp][multiran
       std::vector<std::vector<std::string>> argvs;
       std::vector<std::map<std::string, std::string>> envs;
       for (int r = 0; r < 2; ++r) {
-        std::vector<std::string> a{VOLT_TEST_WORKER};
-        for (auto& s : args_for(dir + "/o.pt", kv)) a.push_back(s);
-        argvs.push_back(a);
-        if (launcher == "torchrun")
-          envs.push_back({{"RANK", std::to_string(r)},
-                          {"WORLD_SIZE", "2"},
-                          {"LOCAL_RANK", std::to_string(r)},
-                          {"LOCAL_WORLD_SIZE", "2"},
-                          {"MASTER_ADDR", "127.0.0.1"},
-                          {"MASTER_PORT", std::to_string(port)}});
-        else
-          envs.push_back({{"SLURM_PROCID", std::to_string(r)},
-                          {"SLURM_NTASKS", "2"},
-                          {"SLURM_LOCALID", std::to_string(r)},
-                          {"SLURM_NODELIST", "127.0.0.1"},
-                          {"MASTER_PORT", std::to_string(port)}});
+        argvs.push_back(worker_argv(dir + "/o.pt", kv));
+        envs.push_back(launcher == "torchrun" ? torchrun_env(r, 2, port) : slurm_env(r, 2, port));
       }
       auto codes = run_processes(argvs, envs, 240, dir + "/rank");
       INFO(read_text(dir + "/rank.0.log") << read_text(dir + "/rank.1.log"));
@@ -216,3 +206,6 @@ TEST_CASE("ModelCheckpoint: ranks that disagree on the monitored value save toge
   for (auto& e : std::filesystem::directory_iterator(dir + "/checkpoints")) files.insert(e.path().filename().string());
   CHECK(files == std::set<std::string>{"epoch=1-val_rank=0.30.ckpt", "epoch=3-val_rank=0.10.ckpt"});
 }
+
+// ---- parameters without a gradient (find_unused_parameters, static_graph, gradient_as_bucket_view)
+//

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "boring_model.h"
+#include "distributed/multi_rank.h"
 #include "trainer/trainer_support.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpoint.h"
@@ -60,5 +61,32 @@ TEST_CASE("SIGTERM or SIGINT during fit stops it at the next step with an error 
     CHECK(t.global_step() == 2);
     CHECK(load_checkpoint_file(root + "/checkpoints/last.ckpt").global_step == 2);
     CHECK(handler_of(sig) == before);  // fit gave the previous handler back
+  }
+}
+
+TEST_CASE("SIGTERM to one launched rank stops every rank at the same step, naming it, leaving no process",
+          "[trainer][signals][multirank]") {
+  for (std::string strategy : {"ddp", "fsdp"}) {
+    DYNAMIC_SECTION(strategy) {
+      const std::string dir = temp_dir("signal-multirank");
+      auto kv = quiet_worker_kv(dir);
+      kv["batch_size"] = "4";
+      kv["trainer.devices"] = "2";
+      kv["trainer.strategy"] = "{name: " + strategy + ", timeout: 600}";
+      kv["checkpoint_every_n_train_steps"] = "1";
+      kv["fault_rank"] = "1";
+      kv["fault_step"] = "3";
+      kv["fault_kind"] = "sigterm";
+      const int code = run_worker(args_for(dir + "/o.pt", kv), dir, 120);
+      const std::string log = read_text(dir + "/worker.0.log");
+      INFO(log);
+      CHECK(code == 1);
+      CHECK_THAT(log, Contains("stopped by SIGTERM (received by rank 1) at step 3"));
+      CHECK(load_checkpoint_file(dir + "/checkpoints/last.ckpt").global_step == 3);
+      CHECK_FALSE(fs::exists(dir + "/o.pt"));
+      CHECK(no_worker_left(dir));
+      for (auto& e : fs::directory_iterator(dir + "/checkpoints"))  // nothing half-written
+        CHECK(e.path().string().find(".tmp") == std::string::npos);
+    }
   }
 }

@@ -1,6 +1,7 @@
 // A rank process for multi-rank tests. Usage:
 //   volt_test_worker --out=FILE [--trainer.KEY=VALUE ...] [--model.KEY=VALUE ...]
-//                    [--fault_rank=R --fault_step=S --fault_kind=exit|kill|hang|before_rendezvous]
+//                    [--fault_rank=R --fault_step=S
+//                    --fault_kind=exit|kill|hang|stop|throw|sigterm|sigusr1|before_rendezvous]
 //                    [--rank_metric=true] [--checkpoint_monitor=M --checkpoint_top_k=K --checkpoint_filename=F]
 //                    [--checkpoint_every_n_train_steps=N] [--ckpt_path=PATH|last] [--fsize_limit=BYTES]
 //   volt_test_worker --pg_scenario=OUT   (process-group collectives, distributed/process_group_scenario.h)
@@ -82,6 +83,10 @@ class FaultCallback : public Callback {
     if (t.global_rank() != rank_ || t.global_step() != step_) return;
     if (kind_ == "kill") ::raise(SIGKILL);
     if (kind_ == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
+    if (kind_ == "stop") ::raise(SIGSTOP);                  // alive but silent: no heartbeat, sockets open
+    if (kind_ == "sigterm") return (void)::raise(SIGTERM);  // handled: fit stops at this step's check
+    if (kind_ == "sigusr1") return (void)::raise(SIGUSR1);  // SLURM's requeue signal
+    if (kind_ == "throw") throw std::runtime_error("injected fault at step " + std::to_string(step_));
     ::_exit(3);
   }
 

@@ -1,0 +1,127 @@
+#pragma once
+/// PeerWatchdog: liveness of the ranks of one job through the rendezvous store, so that no rank waits
+/// for the whole collective timeout (30 minutes by default) on a peer that is gone.
+///
+/// [Note: liveness]
+/// Each rank's watchdog thread, on its own connection to the TCPStore that rank 0 serves, every
+/// `interval`:
+///   - beats: adds 1 to `volt_alive/<rank>`;
+///   - watches the next rank of the ring (rank r watches r+1 mod N, skipping ranks that ended
+///     cleanly): a peer whose counter has moved once and then stops for `timeout` is declared dead
+///     ("rank 2 stopped answering"). A ring keeps the store's load at a few small requests per rank
+///     and interval; a dead rank is seen by its predecessor unless every other rank is dead too;
+///   - reads `volt_abort`: the first failure any rank posts (a dead peer it saw, its own error, or a
+///     failure its launcher saw), so every rank learns of one failure within an interval, and by name.
+/// A known failure makes the next collective throw a DistributedError naming it. A rank already
+/// blocked in a collective (a Gloo wait that a dead peer does not always wake, or a store wait in
+/// Gloo's connect) cannot be woken: once it has been blocked for `grace` after the failure, the
+/// watchdog ends the process (`on_stuck`, by default one critical log line and exit code 1), as
+/// PyTorch's NCCL watchdog does; a process that is not blocked is never ended by it.
+///
+/// Clean ends: a rank that ends cleanly posts `volt_left/<rank>`; rank 0, whose store the others
+/// talk to, waits (bounded) for every rank to have left or seen it leave before closing the store,
+/// so that losing the store means "rank 0 died" only when rank 0 did not leave.
+/// The heartbeat comes from this thread, not from the training loop: a rank in a long computation
+/// keeps beating; a rank that hangs with its process alive is caught by the collective timeout.
+///
+/// Thread-safety: failure(), check(), report() and Blocked may be used from any thread; construct
+/// and destroy on one thread. The watchdog owns its thread and store connection (RAII).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace volt {
+
+struct LivenessOptions {
+  std::chrono::milliseconds interval{500};
+  /// A peer silent this long is dead. 0 turns liveness checks off (heartbeats still go out).
+  std::chrono::milliseconds timeout{std::chrono::seconds(10)};
+  /// How long a rank may stay blocked in a collective after a failure is known before it is ended.
+  std::chrono::milliseconds grace{std::chrono::seconds(5)};
+  /// Polled every interval: a non-empty answer is a failure seen locally (volt's launcher reports a
+  /// child that died). Optional.
+  std::function<std::string()> peer_failure;
+  /// Called from the watchdog thread for a rank blocked past `grace`; must not return to a blocked
+  /// rank's benefit (the default logs and ends the process). Tests may replace it.
+  std::function<void(const std::string&)> on_stuck;
+
+  /// Defaults, with VOLT_HEARTBEAT_TIMEOUT (seconds; 0 = off) applied; throws ConfigError when it is
+  /// not a number >= 0.
+  static LivenessOptions from_env();
+};
+
+class PeerWatchdog {
+ public:
+  /// Connects to the store at host:port (served by rank 0, already up) and starts the thread.
+  PeerWatchdog(const std::string& host, int port, int64_t rank, int64_t world_size, LivenessOptions options);
+  /// Leaves cleanly (see the Note) and stops the thread.
+  ~PeerWatchdog();
+  PeerWatchdog(const PeerWatchdog&) = delete;
+  PeerWatchdog& operator=(const PeerWatchdog&) = delete;
+
+  /// The first failure known to this rank ("" while none).
+  std::string failure() const;
+  /// Waits until a failure is known, or for as long as the watchdog needs to judge a peer that falls
+  /// silent now (timeout plus two intervals); returns the failure ("" if none).
+  std::string await_failure() const;
+  /// Throws DistributedError with the known failure, if any, saying that `what` cannot proceed.
+  void check(const std::string& what) const;
+  /// Posts this rank's own failure for every peer (the first post wins) and records it here.
+  void report(const std::string& what);
+
+  /// While alive, the calling thread counts as blocked in `what` (a collective or a store wait).
+  class Blocked {
+   public:
+    Blocked(PeerWatchdog* w, std::string what);
+    ~Blocked();
+    Blocked(const Blocked&) = delete;
+    Blocked& operator=(const Blocked&) = delete;
+
+   private:
+    PeerWatchdog* w_;
+  };
+
+ private:
+  void run();
+  void tick();
+  void watch_peer();
+  void fail(const std::string& what, bool post);
+  void leave();
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int64_t rank_, size_;
+  LivenessOptions opts_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool stop_ = false;
+  std::string failure_;
+  std::atomic<bool> failed_{false};
+  std::chrono::steady_clock::time_point failed_at_;
+  int blocked_ = 0;  // guarded by mu_
+  std::string blocked_in_;
+  std::chrono::steady_clock::time_point blocked_since_;
+
+  // Ring watching, on the watchdog thread only.
+  int64_t target_ = -1;
+  int64_t last_beat_ = 0;
+  std::chrono::steady_clock::time_point last_change_;
+  bool rank0_left_ = false;
+  bool announced_rank0_seen_ = false;
+  std::thread thread_;
+};
+
+namespace detail {
+/// on_stuck's default: one critical line naming the failure and where this rank is blocked, the log
+/// flushed, then the process ends with exit code 1.
+[[noreturn]] void end_blocked_process(const std::string& message);
+}  // namespace detail
+
+}  // namespace volt

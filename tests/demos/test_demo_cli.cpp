@@ -1,0 +1,94 @@
+// The demo's CLI binding (demos/demo_cli.cpp): model.vocab_size unset means the data's vocabulary;
+// a larger value is honoured; a smaller one is a ConfigError before any training.
+#include <torch/torch.h>
+#include <yaml-cpp/yaml.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "boring_model.h"
+#include "volt/core/errors.h"
+#include "volt/demos/demo_cli.h"
+#include "volt/demos/wikitext2_data.h"
+
+using namespace volt;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// A tiny corpus in `dir`; returns its vocabulary size as the demo's data module counts it.
+int64_t write_corpus(const std::string& dir) {
+  std::ofstream(dir + "/train.txt") << " the cat sat on the mat \n the dog sat on the log \n"
+                                       " a cat and a dog \n the end of the story \n";
+  demos::WikiText2DataOptions o;
+  o.data_dir = dir;
+  o.train_file = "train.txt";
+  o.val_file = "";
+  o.test_file = "train.txt";
+  return demos::WikiText2Data(o).vocab_size();
+}
+
+/// `volt fit` of a one-step run on the corpus in `dir`, with `model_vocab` as model.vocab_size
+/// ("" = the key absent).
+cli::Command fit_command(const std::string& dir, const std::string& model_vocab) {
+  YAML::Node cfg = YAML::Load(
+      "trainer: {max_steps: 1, enable_progress_bar: false, enable_model_summary: false, enable_checkpointing: false, "
+      "num_sanity_val_steps: 0}\n"
+      "model: {ninp: 8, nhead: 2, nhid: 8, nlayers: 1, dropout: 0.0}\n"
+      "data: {train_file: train.txt, val_file: '', test_file: train.txt, block_size: 4, batch_size: 2}\n");
+  cfg["trainer"]["default_root_dir"] = dir;
+  cfg["data"]["data_dir"] = dir;
+  if (!model_vocab.empty()) cfg["model"]["vocab_size"] = std::stoll(model_vocab);
+  cli::Command c;
+  c.subcommand = "fit";
+  c.config = cfg;
+  return c;
+}
+
+/// Runs fit_command; returns the vocab_size the model was built with (from hparams.yaml).
+int64_t fit_with_vocab(const std::string& dir, const std::string& model_vocab) {
+  REQUIRE(demos::run_cli(fit_command(dir, model_vocab)) == 0);
+  const std::string version = dir + "/lightning_logs/version_0";
+  // The saved config shows the size used, as the model's hyperparameters do.
+  CHECK(YAML::LoadFile(version + "/config.yaml")["model"]["vocab_size"].as<int64_t>() ==
+        YAML::LoadFile(version + "/hparams.yaml")["vocab_size"].as<int64_t>());
+  return YAML::LoadFile(version + "/hparams.yaml")["vocab_size"].as<int64_t>();
+}
+
+/// The ConfigError message of fit_command's run ("" if none was thrown).
+std::string config_error_of(const std::string& dir, const std::string& model_vocab) {
+  try {
+    demos::run_cli(fit_command(dir, model_vocab));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("demo CLI: model.vocab_size unset takes the data's vocabulary, a larger one is honoured",
+          "[demos][cli][vocab]") {
+  const std::string dir = testing::temp_dir("demo-vocab");
+  const int64_t data_vocab = write_corpus(dir);
+  REQUIRE(data_vocab > 10);
+  SECTION("absent") { CHECK(fit_with_vocab(dir, "") == data_vocab); }
+  SECTION("0") { CHECK(fit_with_vocab(dir, "0") == data_vocab); }
+  SECTION("equal") { CHECK(fit_with_vocab(dir, std::to_string(data_vocab)) == data_vocab); }
+  SECTION("larger") { CHECK(fit_with_vocab(dir, std::to_string(data_vocab + 50)) == data_vocab + 50); }
+}
+
+TEST_CASE("demo CLI: model.vocab_size smaller than the data's vocabulary is a ConfigError naming both",
+          "[demos][cli][vocab]") {
+  const std::string dir = testing::temp_dir("demo-vocab-small");
+  const int64_t data_vocab = write_corpus(dir);
+  const std::string msg = config_error_of(dir, std::to_string(data_vocab - 1));
+  CHECK_THAT(msg, Contains("model.vocab_size") && Contains(std::to_string(data_vocab - 1)) &&
+                      Contains("(" + std::to_string(data_vocab) + " tokens)") && Contains("remove the key"));
+  CHECK_FALSE(std::filesystem::exists(dir + "/lightning_logs/version_0/metrics.csv"));  // nothing trained
+
+  const std::string negative = config_error_of(dir, "-3");
+  CHECK_THAT(negative, Contains("model.vocab_size") && Contains(">= 0"));
+}
