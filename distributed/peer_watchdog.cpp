@@ -17,11 +17,60 @@ std::string alive_key(int64_t r) { return "volt_alive/" + std::to_string(r); }
 std::string left_key(int64_t r) { return "volt_left/" + std::to_string(r); }
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count() / 1000.0;
+}
 }  // namespace
 
-struct PeerWatchdog::Impl {
+struct PeerWatchdog::State {
+  int64_t rank = 0, size = 1;
+  LivenessOptions opts;
   c10::intrusive_ptr<c10d::Store> store;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  bool io_done = false;
+  std::string failure;
+  std::atomic<bool> failed{false};
+  Clock::time_point failed_at;
+  int blocked = 0;
+  std::string blocked_in;
+  Clock::time_point blocked_since;
+  bool in_request = false;  // a store request of this rank is under way (guarded by mu)
+  Clock::time_point request_since;
+
+  std::atomic<bool> rank0_left{false};
   std::atomic<bool> counted_gone{false};
+  // Ring watching: the I/O thread only.
+  int64_t target = -1;
+  int64_t last_beat = 0;
+  Clock::time_point last_change = Clock::now();
+  Clock::time_point last_tick = Clock::now();
+
+  void fail(const std::string& what, bool post);
+  /// Runs `f` (store requests) marked as under way, for the guard to time.
+  template <class F>
+  auto request(F f) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      in_request = true;
+      request_since = Clock::now();
+    }
+    struct Done {
+      State* s;
+      ~Done() {
+        std::lock_guard<std::mutex> lock(s->mu);
+        s->in_request = false;
+      }
+    } done{this};
+    return f();
+  }
+  void tick();
+  void watch_peer();
+  void io_loop();
+  void guard_loop();
+  void leave();
 };
 
 LivenessOptions LivenessOptions::from_env() {
@@ -37,169 +86,204 @@ LivenessOptions LivenessOptions::from_env() {
 }
 
 PeerWatchdog::PeerWatchdog(const std::string& host, int port, int64_t rank, int64_t world_size, LivenessOptions options)
-    : impl_(std::make_unique<Impl>()), rank_(rank), size_(world_size), opts_(std::move(options)) {
-  if (!opts_.on_stuck) opts_.on_stuck = [](const std::string& m) { detail::end_blocked_process(m); };
+    : state_(std::make_shared<State>()) {
+  State& s = *state_;
+  s.rank = rank;
+  s.size = world_size;
+  s.opts = std::move(options);
+  if (!s.opts.on_stuck) s.opts.on_stuck = [](const std::string& m) { detail::end_blocked_process(m); };
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(port);
   so.isServer = false;
   so.waitWorkers = false;  // a second connection of this rank: not counted as a worker
   so.timeout = std::chrono::seconds(30);
-  impl_->store = c10::make_intrusive<c10d::TCPStore>(host, so);
-  impl_->store->add(alive_key(rank_), 1);  // alive from now on
-  last_change_ = Clock::now();
-  thread_ = std::thread([this] { run(); });
+  s.store = c10::make_intrusive<c10d::TCPStore>(host, so);
+  s.store->add(alive_key(rank), 1);  // alive from now on
+  io_ = std::thread([st = state_] { st->io_loop(); });
+  guard_ = std::thread([st = state_] { st->guard_loop(); });
 }
 
 PeerWatchdog::~PeerWatchdog() {
-  leave();
+  State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    // Leaving is store requests too: a stalled store must not hold this thread for ever.
+    Blocked blocked(this, "leaving the rendezvous store");
+    s.leave();
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.stop = true;
+  }
+  s.cv.notify_all();
+  guard_.join();
+  std::unique_lock<std::mutex> lock(s.mu);
+  const bool done = s.cv.wait_for(lock, 4 * s.opts.interval, [&] { return s.io_done; });
+  lock.unlock();
+  if (done)
+    io_.join();
+  else
+    io_.detach();  // stuck in a request to a store that does not answer; it holds only the State
 }
 
 std::string PeerWatchdog::failure() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return failure_;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->failure;
 }
 
 std::string PeerWatchdog::await_failure() const {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, opts_.timeout + 2 * opts_.interval, [this] { return !failure_.empty() || stop_; });
-  return failure_;
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.cv.wait_for(lock, s.opts.timeout + 2 * s.opts.interval, [&] { return !s.failure.empty() || s.stop; });
+  return s.failure;
 }
 
 void PeerWatchdog::check(const std::string& what) const {
-  if (!failed_.load()) return;
+  if (!state_->failed.load()) return;
   throw DistributedError(detail::str_cat(what, " cannot proceed: ", failure(), "; stopping"));
 }
 
-void PeerWatchdog::report(const std::string& what) { fail(what, /*post=*/true); }
+void PeerWatchdog::report(const std::string& what) { state_->fail(what, /*post=*/true); }
 
-void PeerWatchdog::fail(const std::string& what, bool post) {
+void PeerWatchdog::State::fail(const std::string& what, bool post) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.empty()) return;
-    failure_ = what;
-    failed_at_ = Clock::now();
-    failed_ = true;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!failure.empty()) return;
+    failure = what;
+    failed_at = Clock::now();
+    failed = true;
   }
-  cv_.notify_all();
+  cv.notify_all();
   if (!post) return;
   try {
-    const std::string v = what;
-    impl_->store->compareSet(kAbortKey, {}, std::vector<uint8_t>(v.begin(), v.end()));  // first post wins
+    const std::vector<uint8_t> v(what.begin(), what.end());
+    request([&] { return store->compareSet(kAbortKey, {}, v); });  // the first post wins
   } catch (const std::exception&) {
     // The store is gone too: the peers learn of it by losing the store.
   }
 }
 
-void PeerWatchdog::run() {
-  bool store_ok = true;
+void PeerWatchdog::State::io_loop() {
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, opts_.interval, [this] { return stop_; })) return;
+      std::unique_lock<std::mutex> lock(mu);
+      if (cv.wait_for(lock, opts.interval, [this] { return stop; })) break;
     }
-    if (store_ok) {
-      try {
-        tick();
-      } catch (const std::exception& e) {
-        store_ok = false;
-        if (rank_ != 0 && !rank0_left_)
-          fail(detail::str_cat("rank 0 stopped answering: rank ", rank_,
-                               " lost its connection to the store rank 0 serves (", first_line(e.what()), ")"),
-               /*post=*/false);
-      }
+    try {
+      tick();
+    } catch (const std::exception& e) {
+      if (rank != 0 && !rank0_left)
+        fail(detail::str_cat("rank 0 stopped answering: rank ", rank,
+                             " lost its connection to the store rank 0 serves (", first_line(e.what()), ")"),
+             /*post=*/false);
+      break;  // nothing more to say or hear without the store
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  io_done = true;
+  cv.notify_all();
+}
+
+void PeerWatchdog::State::guard_loop() {
+  std::unique_lock<std::mutex> lock(mu);
+  auto last_wake = Clock::now();
+  while (!cv.wait_for(lock, opts.interval, [this] { return stop; })) {
+    // Held up itself (the whole job stopped and continued): a request's age says nothing then.
+    if (Clock::now() - last_wake > 4 * opts.interval && in_request) request_since = Clock::now();
+    last_wake = Clock::now();
+    // A store that does not answer: rank 0 (its server) is stopped or its host unreachable.
+    if (rank != 0 && !rank0_left && !failed && in_request && opts.timeout.count() > 0 &&
+        Clock::now() - request_since >= opts.timeout) {
+      const double secs = seconds_since(request_since);
+      lock.unlock();
+      fail(detail::str_cat("rank 0 stopped answering: the store it serves has not replied to rank ", rank, " for ",
+                           secs, " s (stopped, or its host unreachable)"),
+           /*post=*/false);
+      lock.lock();
     }
     // A rank blocked in a collective since (or from before) a known failure cannot be woken.
-    std::string stuck;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (failed_ && blocked_ > 0 && Clock::now() - std::max(failed_at_, blocked_since_) >= opts_.grace)
-        stuck = detail::str_cat(failure_, "; rank ", rank_, " has been blocked in ", blocked_in_, " for ",
-                                std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - blocked_since_).count(),
-                                " s and cannot be woken, so it ends here (exit code 1)");
+    if (failed && blocked > 0 && Clock::now() - std::max(failed_at, blocked_since) >= opts.grace) {
+      const std::string stuck = detail::str_cat(failure, "; rank ", rank, " has been blocked in ", blocked_in, " for ",
+                                                static_cast<int64_t>(seconds_since(blocked_since)),
+                                                " s and cannot be woken, so it ends here (exit code 1)");
+      lock.unlock();
+      opts.on_stuck(stuck);
+      lock.lock();
     }
-    if (!stuck.empty()) opts_.on_stuck(stuck);
   }
 }
 
-void PeerWatchdog::tick() {
-  auto& store = *impl_->store;
-  store.add(alive_key(rank_), 1);
-  if (!failed_ && opts_.peer_failure) {
-    const std::string f = opts_.peer_failure();
+void PeerWatchdog::State::tick() {
+  request([&] { return store->add(alive_key(rank), 1); });
+  if (!failed && opts.peer_failure) {
+    const std::string f = opts.peer_failure();
     if (!f.empty()) fail(f, /*post=*/true);
   }
-  if (!failed_ && store.check({kAbortKey})) {
-    const auto v = store.get(kAbortKey);
+  if (!failed && request([&] { return store->check({kAbortKey}); })) {
+    const auto v = request([&] { return store->get(kAbortKey); });
     fail(std::string(v.begin(), v.end()), /*post=*/false);
   }
-  if (rank_ != 0 && !rank0_left_ && store.add(left_key(0), 0) > 0) {
-    rank0_left_ = true;  // from now on, losing the store is rank 0's clean end
-    if (!impl_->counted_gone.exchange(true)) store.add(kGoneKey, 1);
+  if (rank != 0 && !rank0_left && request([&] { return store->add(left_key(0), 0); }) > 0) {
+    rank0_left = true;  // from now on, losing the store is rank 0's clean end
+    if (!counted_gone.exchange(true)) request([&] { return store->add(kGoneKey, 1); });
   }
-  if (!failed_ && opts_.timeout.count() > 0 && size_ > 1) watch_peer();
+  if (!failed && opts.timeout.count() > 0 && size > 1) watch_peer();
 }
 
-void PeerWatchdog::watch_peer() {
-  auto& store = *impl_->store;
-  if (target_ < 0) target_ = (rank_ + 1) % size_;
-  if (target_ == rank_) return;  // every other rank has left
-  const int64_t beat = store.add(alive_key(target_), 0);
+void PeerWatchdog::State::watch_peer() {
+  if (target < 0) target = (rank + 1) % size;
+  if (target == rank) return;  // every other rank has left
+  const int64_t beat = request([&] { return store->add(alive_key(target), 0); });
   const auto now = Clock::now();
-  if (beat != last_beat_ || beat == 0) {  // moved, or not joined yet (the rendezvous timeout covers that)
-    last_beat_ = beat;
-    last_change_ = now;
+  // This rank was itself held up (stopped with its peers by Ctrl-Z, say): no judging across the gap.
+  if (now - last_tick > 4 * opts.interval) last_change = now;
+  last_tick = now;
+  if (beat != last_beat || beat == 0) {  // moved, or not joined yet (the rendezvous timeout covers that)
+    last_beat = beat;
+    last_change = now;
     return;
   }
-  if (now - last_change_ < opts_.timeout) return;
-  if (store.add(left_key(target_), 0) > 0) {  // it ended cleanly: watch the next one
-    target_ = (target_ + 1) % size_;
-    last_beat_ = -1;
+  if (now - last_change < opts.timeout) return;
+  if (request([&] { return store->add(left_key(target), 0); }) > 0) {  // it ended cleanly: watch the next one
+    target = (target + 1) % size;
+    last_beat = -1;
     return;
   }
-  const auto secs = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_change_).count() / 1000.0;
-  fail(detail::str_cat("rank ", target_, " stopped answering: no heartbeat for ", secs,
-                       " s (killed, crashed or stopped; seen by rank ", rank_, ")"),
+  fail(detail::str_cat("rank ", target, " stopped answering: no heartbeat for ", seconds_since(last_change),
+                       " s (killed, crashed or stopped; seen by rank ", rank, ")"),
        /*post=*/true);
 }
 
-void PeerWatchdog::leave() {
+void PeerWatchdog::State::leave() {
+  if (failed) return;  // the job is failing: nobody waits for this rank's goodbye
   try {
-    auto& store = *impl_->store;
-    store.add(left_key(rank_), 1);
-    if (rank_ != 0) {
-      if (!impl_->counted_gone.exchange(true)) store.add(kGoneKey, 1);
+    request([&] { return store->add(left_key(rank), 1); });
+    if (rank != 0) {
+      if (!counted_gone.exchange(true)) request([&] { return store->add(kGoneKey, 1); });
       return;
     }
     // Rank 0 serves the store: keep it until every rank has left or seen rank 0 leave (they look
     // every interval), so that none takes the closing store for rank 0's death.
-    if (failed_) return;
-    const auto deadline = Clock::now() + 4 * opts_.interval;
-    while (store.add(kGoneKey, 0) < size_ - 1 && Clock::now() < deadline)
+    const auto deadline = Clock::now() + 4 * opts.interval;
+    while (request([&] { return store->add(kGoneKey, 0); }) < size - 1 && Clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
   } catch (const std::exception&) {
     // The store is already gone: nothing to tell.
   }
 }
 
-PeerWatchdog::Blocked::Blocked(PeerWatchdog* w, std::string what) : w_(w) {
-  if (!w_) return;
-  std::lock_guard<std::mutex> lock(w_->mu_);
-  if (w_->blocked_++ == 0) {
-    w_->blocked_in_ = std::move(what);
-    w_->blocked_since_ = Clock::now();
+PeerWatchdog::Blocked::Blocked(PeerWatchdog* w, std::string what) : s_(w ? w->state_ : nullptr) {
+  if (!s_) return;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (s_->blocked++ == 0) {
+    s_->blocked_in = std::move(what);
+    s_->blocked_since = Clock::now();
   }
 }
 
 PeerWatchdog::Blocked::~Blocked() {
-  if (!w_) return;
-  std::lock_guard<std::mutex> lock(w_->mu_);
-  --w_->blocked_;
+  if (!s_) return;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  --s_->blocked;
 }
 
 namespace detail {

@@ -3,7 +3,7 @@
 /// for the whole collective timeout (30 minutes by default) on a peer that is gone.
 ///
 /// [Note: liveness]
-/// Each rank's watchdog thread, on its own connection to the TCPStore that rank 0 serves, every
+/// Each rank's watchdog, on its own connection to the TCPStore that rank 0 serves, every
 /// `interval`:
 ///   - beats: adds 1 to `volt_alive/<rank>`;
 ///   - watches the next rank of the ring (rank r watches r+1 mod N, skipping ranks that ended
@@ -57,10 +57,12 @@ struct LivenessOptions {
 };
 
 class PeerWatchdog {
+  struct State;  // see [Note: two threads] below
+
  public:
-  /// Connects to the store at host:port (served by rank 0, already up) and starts the thread.
+  /// Connects to the store at host:port (served by rank 0, already up) and starts the threads.
   PeerWatchdog(const std::string& host, int port, int64_t rank, int64_t world_size, LivenessOptions options);
-  /// Leaves cleanly (see the Note) and stops the thread.
+  /// Leaves cleanly (see the Note) and stops the threads.
   ~PeerWatchdog();
   PeerWatchdog(const PeerWatchdog&) = delete;
   PeerWatchdog& operator=(const PeerWatchdog&) = delete;
@@ -84,38 +86,17 @@ class PeerWatchdog {
     Blocked& operator=(const Blocked&) = delete;
 
    private:
-    PeerWatchdog* w_;
+    std::shared_ptr<State> s_;
   };
 
  private:
-  void run();
-  void tick();
-  void watch_peer();
-  void fail(const std::string& what, bool post);
-  void leave();
-
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  int64_t rank_, size_;
-  LivenessOptions opts_;
-
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool stop_ = false;
-  std::string failure_;
-  std::atomic<bool> failed_{false};
-  std::chrono::steady_clock::time_point failed_at_;
-  int blocked_ = 0;  // guarded by mu_
-  std::string blocked_in_;
-  std::chrono::steady_clock::time_point blocked_since_;
-
-  // Ring watching, on the watchdog thread only.
-  int64_t target_ = -1;
-  int64_t last_beat_ = 0;
-  std::chrono::steady_clock::time_point last_change_;
-  bool rank0_left_ = false;
-  bool announced_rank0_seen_ = false;
-  std::thread thread_;
+  // [Note: two threads] The state lives in a shared State that both threads hold: the I/O thread
+  // talks to the store, and a store served by a stopped rank 0 never answers, so that thread may
+  // hang in a request; the guard thread does no I/O, notices a request that stalls past the
+  // timeout, and ends a blocked rank. The destructor joins the guard and gives the I/O thread a
+  // moment before leaving it detached, holding only the shared State.
+  std::shared_ptr<State> state_;
+  std::thread io_, guard_;
 };
 
 namespace detail {

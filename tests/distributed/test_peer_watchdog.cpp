@@ -70,6 +70,16 @@ TEST_CASE("a stopped rank (alive, silent) is declared dead and the rank blocked 
   }
 }
 
+TEST_CASE("a stopped rank 0 (its store silent) is declared dead by the rank blocked on it",
+          "[distributed][multirank][fault][liveness]") {
+  // Rank 0 serves the store: stopped, it answers no request, and rank 1's heartbeat requests stall.
+  const Outcome o = run_torchrun_fault("fsdp", 0, "stop", /*until=*/1, "2");
+  INFO(o.logs[1]);
+  CHECK(o.codes[1] == 1);
+  CHECK(o.secs < 30);
+  CHECK_THAT(o.logs[1], Catch::Contains("rank 0 stopped answering"));
+}
+
 TEST_CASE("a rank that fails tells the others why", "[distributed][multirank][fault][liveness]") {
   const Outcome o = run_torchrun_fault("fsdp", 1, "throw", /*until=*/-1, "10");
   INFO(o.logs[0] << "\n---- rank 1:\n" << o.logs[1]);
