@@ -130,6 +130,8 @@ std::string PeerWatchdog::failure() const {
   return state_->failure;
 }
 
+bool PeerWatchdog::failed() const { return state_->failed.load(); }
+
 std::string PeerWatchdog::await_failure() const {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mu);
@@ -138,7 +140,7 @@ std::string PeerWatchdog::await_failure() const {
 }
 
 void PeerWatchdog::check(const std::string& what) const {
-  if (!state_->failed.load()) return;
+  if (!failed()) return;
   throw DistributedError(detail::str_cat(what, " cannot proceed: ", failure(), "; stopping"));
 }
 

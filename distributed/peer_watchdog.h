@@ -69,6 +69,8 @@ class PeerWatchdog {
 
   /// The first failure known to this rank ("" while none).
   std::string failure() const;
+  /// Whether a failure is known (one atomic load: for every collective).
+  bool failed() const;
   /// Waits until a failure is known, or for as long as the watchdog needs to judge a peer that falls
   /// silent now (timeout plus two intervals); returns the failure ("" if none).
   std::string await_failure() const;

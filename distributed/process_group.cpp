@@ -104,7 +104,7 @@ std::string failure_cause(const std::shared_ptr<PeerWatchdog>& w) {
 
 void CollectiveWork::wait() {
   try {
-    if (watchdog_ && work_) watchdog_->check(what_);
+    if (watchdog_ && work_ && watchdog_->failed()) watchdog_->check(what_);
     PeerWatchdog::Blocked blocked(work_ ? watchdog_.get() : nullptr, what_);
     if (work_) work_->wait();
   } catch (const DistributedError&) {
@@ -206,16 +206,20 @@ ProcessGroup::~ProcessGroup() {
   impl_->watchdog.reset();
 }
 
+void ProcessGroup::check_peers(const char* collective) const {
+  // The description is built only for the error: this runs before every collective.
+  if (impl_->watchdog && impl_->watchdog->failed()) impl_->watchdog->check(describe(collective));
+}
+
 PeerWatchdog::Blocked ProcessGroup::enter(const std::string& collective) const {
-  if (impl_->watchdog) impl_->watchdog->check(describe(collective));
-  return PeerWatchdog::Blocked(impl_->watchdog.get(), describe(collective));
+  std::string what = describe(collective);
+  if (impl_->watchdog) impl_->watchdog->check(what);
+  return PeerWatchdog::Blocked(impl_->watchdog.get(), std::move(what));
 }
 
 void ProcessGroup::report_failure(const std::string& what) {
   if (impl_->watchdog) impl_->watchdog->report(what);
 }
-
-std::string ProcessGroup::peer_failure() const { return impl_->watchdog ? impl_->watchdog->failure() : std::string(); }
 
 std::string ProcessGroup::describe(const std::string& collective) const {
   return detail::str_cat(collective, " on rank ", global_rank(rank_), " (group '", tag_, "', size ", size_, ")");
@@ -232,7 +236,7 @@ CollectiveWork ProcessGroup::all_reduce_async(torch::Tensor& t, ReduceOp op) {
   VOLT_CHECK(op != ReduceOp::Mean || at::isFloatingType(t.scalar_type()), DistributedError, describe("all_reduce"),
              ": Mean of a ", t.scalar_type(), " tensor would truncate; reduce with Sum and divide in a floating type");
   if (size_ == 1) return {};
-  if (impl_->watchdog) impl_->watchdog->check(describe("all_reduce"));
+  check_peers("all_reduce");
   // Gloo reduces half types in fp32; NCCL takes them (and AVG) natively but only CUDA tensors.
   torch::Tensor wire = (!nccl_ && is_half(t)) ? t.to(at::kFloat) : on_wire_device(t);
   if (!wire.is_contiguous()) wire = wire.contiguous();
@@ -273,7 +277,7 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
     flat.view(-1).copy_(shard.view(-1));
     return {};
   }
-  if (impl_->watchdog) impl_->watchdog->check(describe("all_gather"));
+  check_peers("all_gather");
   if (nccl_) {
     torch::Tensor out = on_wire_device(flat).view(-1);
     torch::Tensor in = on_wire_device(shard).contiguous().view(-1);

@@ -90,8 +90,6 @@ class ProcessGroup {
   /// Tells every peer that this rank failed with `what` (they stop at their next collective, naming
   /// it, instead of waiting for it); no-op in a world of one.
   void report_failure(const std::string& what);
-  /// The first peer failure known to this rank ("" while none).
-  std::string peer_failure() const;
 
   /// Bytes this rank sent in collectives since construction (counting, for benchmarks).
   int64_t bytes_sent() const { return bytes_sent_; }
@@ -101,7 +99,9 @@ class ProcessGroup {
   /// Rank 0 of a store it serves: returns once every other rank has connected.
   void wait_for_ranks(const std::function<std::string()>& peer_failure);
   [[noreturn]] void fail(const std::string& collective, const std::exception& e) const;
-  /// Throws if a peer is known to have failed; then the scope marks this thread blocked in `collective`.
+  /// Throws DistributedError naming `collective` if a peer is known to have failed.
+  void check_peers(const char* collective) const;
+  /// check_peers, then the scope marks this thread blocked in `collective`.
   PeerWatchdog::Blocked enter(const std::string& collective) const;
   /// The tensor the backend can move: itself, or a CUDA copy of a CPU tensor on NCCL.
   torch::Tensor on_wire_device(const torch::Tensor& t) const;
