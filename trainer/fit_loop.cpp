@@ -108,45 +108,69 @@ void FitLoop::run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_
   end_epoch();
 }
 
-void FitLoop::check_step(const torch::Tensor& loss, int64_t batch_idx) {
-  // Under 16-mixed the loss scaler skips steps with inf/nan gradients by design.
-  const bool check_loss = strategy_.precision().grad_scaler() == nullptr;
-  const bool finite = !check_loss || torch::isfinite(loss.detach()).all().item<bool>();
-  const int signal = detail::StopSignals::requested();
+namespace {
+std::string signal_name(int64_t sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal " + std::to_string(sig);
+}
+}  // namespace
+
+FitLoop::StepVerdict FitLoop::agree(bool finite) {
   // Every rank stops together (one rank's nan or signal alone would leave the others in the next
   // collective). One all-reduce (min) carries both: the lowest rank whose loss is not finite (the
   // world size if none), and minus the lowest rank that received a stop signal.
   const int64_t world = strategy_.world_size(), rank = strategy_.global_rank();
-  int64_t bad = finite ? world : rank;
-  int64_t signalled = signal ? rank : world;
-  int64_t sig = signal;
+  const int signal = detail::StopSignals::requested();
+  StepVerdict v{finite ? world : rank, signal ? rank : world, signal};
   if (world > 1) {
     auto t = strategy_.all_reduce(
-        torch::tensor({static_cast<double>(bad), static_cast<double>(signalled), -static_cast<double>(sig)},
+        torch::tensor({static_cast<double>(v.bad), static_cast<double>(v.signalled), -static_cast<double>(v.signal)},
                       torch::kDouble),
         ReduceOp::Min);
-    bad = static_cast<int64_t>(t[0].item<double>());
-    signalled = static_cast<int64_t>(t[1].item<double>());
-    sig = -static_cast<int64_t>(t[2].item<double>());
+    v.bad = static_cast<int64_t>(t[0].item<double>());
+    v.signalled = static_cast<int64_t>(t[1].item<double>());
+    v.signal = -static_cast<int64_t>(t[2].item<double>());
   }
-  if (signalled < world && requeue_signal_ != 0 && sig == requeue_signal_) {
+  v.any_signal = v.signalled < world;
+  v.any_bad = v.bad < world;
+  return v;
+}
+
+void FitLoop::check_step(const torch::Tensor& loss, int64_t batch_idx) {
+  // Under 16-mixed the loss scaler skips steps with inf/nan gradients by design.
+  const bool check_loss = strategy_.precision().grad_scaler() == nullptr;
+  const bool finite = !check_loss || torch::isfinite(loss.detach()).all().item<bool>();
+  const StepVerdict v = agree(finite);
+  if (v.any_signal && requeue_signal_ != 0 && v.signal == requeue_signal_) {
     requeue_pending_ = true;  // after this step's update, so the checkpoint holds a whole step
-  } else if (signalled < world) {
-    throw TrainingError(detail::str_cat("stopped by ",
-                                        sig == SIGINT    ? "SIGINT"
-                                        : sig == SIGTERM ? "SIGTERM"
-                                                         : "signal " + std::to_string(sig),
-                                        " (received by rank ", signalled, ") at step ", progress_.global_step,
-                                        " (epoch ", progress_.epoch, ", batch ", batch_idx,
+  } else if (v.any_signal) {
+    throw TrainingError(detail::str_cat("stopped by ", signal_name(v.signal), " (received by rank ", v.signalled,
+                                        ") at step ", progress_.global_step, " (epoch ", progress_.epoch, ", batch ",
+                                        batch_idx,
                                         "); the checkpoints already written are kept: resume with ckpt_path=last"));
   }
-  if (bad >= world) return;
+  if (!v.any_bad) return;
   throw TrainingError(detail::str_cat(
       "step ", progress_.global_step, " (epoch ", progress_.epoch, ", batch ", batch_idx, "): the training loss is ",
-      bad == rank ? std::to_string(loss.item<double>()) : std::string("not finite"), " on rank ", bad,
+      v.bad == strategy_.global_rank() ? std::to_string(loss.item<double>()) : std::string("not finite"), " on rank ",
+      v.bad,
       ": training diverged and was stopped before this step's update; the checkpoints already written are kept. "
       "Lower the learning rate, clip gradients (trainer.gradient_clip_val), or set trainer.detect_anomaly: true to "
       "find the operation that produced it"));
+}
+
+void FitLoop::check_stop_after_fit() {
+  const StepVerdict v = agree(/*finite=*/true);
+  if (!v.any_signal) return;
+  if (requeue_signal_ != 0 && v.signal == requeue_signal_) {
+    if (strategy_.is_global_zero())
+      spdlog::info("{} after the last step: the run is complete, so the job is not requeued", signal_name(v.signal));
+    return;
+  }
+  // A signal that came after the last step's check (during the last validation, save or hooks)
+  // still ends the run with an error: whoever sent it sees it was received, and every rank agrees.
+  throw TrainingError(detail::str_cat("stopped by ", signal_name(v.signal), " (received by rank ", v.signalled,
+                                      ") after the last step (step ", progress_.global_step,
+                                      "): training had finished and its checkpoints are written"));
 }
 
 void FitLoop::end_epoch() {

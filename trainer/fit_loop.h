@@ -50,6 +50,11 @@ class FitLoop : public Stateful {
     save_and_requeue_ = std::move(save_and_requeue);
   }
 
+  /// After the last step: a stop signal received since the last check_step (during the last
+  /// validation, save or hooks) ends fit with a TrainingError on every rank; the requeue signal is
+  /// ignored there (nothing is left to run). Collective.
+  void check_stop_after_fit();
+
   const FitProgress& progress() const { return progress_; }
   int64_t num_training_batches() const { return num_training_batches_; }
 
@@ -62,6 +67,13 @@ class FitLoop : public Stateful {
   /// Stops training (TrainingError on every rank, naming the step and the rank) if the loss is nan
   /// or inf on any rank, or if any rank received SIGINT/SIGTERM (core/signals.h). Collective.
   void check_step(const torch::Tensor& loss, int64_t batch_idx);
+  struct StepVerdict {
+    int64_t bad, signalled, signal;
+    bool any_signal = false, any_bad = false;
+  };
+  /// The ranks' agreement on this step: the lowest rank with a non-finite loss, the lowest rank
+  /// that received a stop signal, and that signal. Collective.
+  StepVerdict agree(bool finite);
   bool done() const;
   void run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_t start_batch);
   void optimizer_step_and_schedule();

@@ -114,6 +114,7 @@ void Trainer::finish(LightningModule& module, const std::string& stage) {
   strategy_->teardown(module);
   module_ready_ = false;
   stage_ = RunningStage::None;
+  if (stage == "fit") fit_loop_.check_stop_after_fit();  // a signal during the last save is not lost
   // A launched rank that failed is reported here, so no caller has to ask (no-op elsewhere).
   strategy_->finalize();
 }

@@ -64,6 +64,24 @@ TEST_CASE("SIGTERM or SIGINT during fit stops it at the next step with an error 
   }
 }
 
+TEST_CASE("a signal after the last step's check still ends fit with an error, the checkpoints whole",
+          "[trainer][signals]") {
+  const std::string root = temp_dir("signal-late");
+  TrainerOptions o = quiet_options(root);
+  o.max_steps = 3;
+  Trainer t(o, {every_step_checkpoint(), std::make_shared<RaiseAt>(SIGINT, 2)});  // batch 2 = step 3, the last
+  BoringModel m;
+  auto data = std::make_shared<RandomDataset>(64);
+  DataLoader loader(data, {8, false});
+  try {
+    t.fit(m, loader);
+    FAIL("fit returned");
+  } catch (const TrainingError& e) {
+    CHECK_THAT(e.what(), Contains("stopped by SIGINT (received by rank 0) after the last step (step 3)"));
+  }
+  CHECK(load_checkpoint_file(root + "/checkpoints/last.ckpt").global_step == 3);
+}
+
 TEST_CASE("SIGTERM to one launched rank stops every rank at the same step, naming it, leaving no process",
           "[trainer][signals][multirank]") {
   for (std::string strategy : {"ddp", "fsdp"}) {
@@ -89,4 +107,25 @@ TEST_CASE("SIGTERM to one launched rank stops every rank at the same step, namin
         CHECK(e.path().string().find(".tmp") == std::string::npos);
     }
   }
+}
+
+TEST_CASE("SIGTERM to one launched rank after the last step's check fails every rank, naming it",
+          "[trainer][signals][multirank]") {
+  const std::string dir = temp_dir("signal-late-multirank");
+  auto kv = quiet_worker_kv(dir);
+  kv["batch_size"] = "4";
+  kv["trainer.devices"] = "2";
+  kv["trainer.strategy"] = "{name: fsdp, timeout: 600}";
+  kv["trainer.max_steps"] = "3";
+  kv["checkpoint_every_n_train_steps"] = "1";
+  kv["fault_rank"] = "1";
+  kv["fault_step"] = "3";
+  kv["fault_kind"] = "sigterm_late";
+  const int code = run_worker(args_for(dir + "/o.pt", kv), dir, 120);
+  const std::string log = read_text(dir + "/worker.0.log");
+  INFO(log);
+  CHECK(code == 1);
+  CHECK_THAT(log, Contains("stopped by SIGTERM (received by rank 1) after the last step (step 3)"));
+  CHECK(load_checkpoint_file(dir + "/checkpoints/last.ckpt").global_step == 3);
+  CHECK(no_worker_left(dir));
 }

@@ -1,7 +1,7 @@
 // A rank process for multi-rank tests. Usage:
 //   volt_test_worker --out=FILE [--trainer.KEY=VALUE ...] [--model.KEY=VALUE ...]
 //                    [--fault_rank=R --fault_step=S
-//                    --fault_kind=exit|kill|hang|stop|throw|sigterm|sigusr1|before_rendezvous]
+//                    --fault_kind=exit|kill|hang|stop|throw|sigterm|sigterm_late|sigusr1|before_rendezvous]
 //                    [--rank_metric=true] [--checkpoint_monitor=M --checkpoint_top_k=K --checkpoint_filename=F]
 //                    [--checkpoint_every_n_train_steps=N] [--ckpt_path=PATH|last] [--fsize_limit=BYTES]
 //   volt_test_worker --pg_scenario=OUT   (process-group collectives, distributed/process_group_scenario.h)
@@ -87,7 +87,12 @@ class FaultCallback : public Callback {
     if (kind_ == "sigterm") return (void)::raise(SIGTERM);  // handled: fit stops at this step's check
     if (kind_ == "sigusr1") return (void)::raise(SIGUSR1);  // SLURM's requeue signal
     if (kind_ == "throw") throw std::runtime_error("injected fault at step " + std::to_string(step_));
+    if (kind_ == "sigterm_late") return;  // see on_train_batch_end
     ::_exit(3);
+  }
+  /// "sigterm_late": SIGTERM after step `step_`'s check (with max_steps = step_: after the last one).
+  void on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor&, const Batch&, int64_t) override {
+    if (kind_ == "sigterm_late" && t.global_rank() == rank_ && t.global_step() == step_) ::raise(SIGTERM);
   }
 
  private:
