@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <string>
+#include <vector>
 
 #include "volt/core/stateful.h"
 #include "volt/module/data.h"
@@ -46,6 +47,14 @@ class Callback : public Stateful {
   virtual void on_validation_epoch_end(Trainer&, LightningModule&) {}
   virtual void on_validation_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) {}
   virtual void on_test_epoch_end(Trainer&, LightningModule&) {}
+  virtual void on_predict_start(Trainer&, LightningModule&) {}
+  /// `outputs` is what predict_step returned for `batch`; `sample_indices` the dataset indices of
+  /// the batch's samples (empty for an iterable dataset).
+  virtual void on_predict_batch_end(Trainer&, LightningModule&, const Batch& outputs, const Batch& batch,
+                                    const std::vector<int64_t>& sample_indices, int64_t batch_idx,
+                                    int64_t dataloader_idx) {}
+  virtual void on_predict_epoch_end(Trainer&, LightningModule&) {}
+  virtual void on_predict_end(Trainer&, LightningModule&) {}
   virtual void on_before_backward(Trainer&, LightningModule&, const torch::Tensor& loss) {}
   virtual void on_after_backward(Trainer&, LightningModule&) {}
   virtual void on_before_optimizer_step(Trainer&, LightningModule&, torch::optim::Optimizer&) {}

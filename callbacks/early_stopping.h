@@ -3,6 +3,7 @@
 /// validation checks (without validation in an epoch: at its end, on a training metric), as
 /// Lightning's. All ranks agree on the decision. State is checkpointed.
 #include "volt/callbacks/callback.h"
+#include "volt/core/errors.h"
 
 namespace volt {
 
@@ -13,6 +14,18 @@ struct EarlyStoppingOptions {
   std::string mode = "min";
   bool check_finite = true;
   bool strict = true;  // error if the monitor was never logged
+
+  template <class V>
+  void visit(V& v) {
+    v("monitor", monitor)("min_delta", min_delta)("patience", patience)("mode", mode)("check_finite", check_finite)(
+        "strict", strict);
+  }
+  /// The constructor's checks, naming `<prefix>.<field>` (the CLI: trainer.callbacks[i].init_args).
+  void validate(const std::string& prefix = "EarlyStopping") const {
+    VOLT_CHECK(mode == "min" || mode == "max", ConfigError, "config key '", prefix,
+               ".mode': expected 'min' or 'max', got '", mode, "'");
+    VOLT_CHECK(patience >= 0, ConfigError, "config key '", prefix, ".patience': must be >= 0, got ", patience);
+  }
 };
 
 class EarlyStopping : public Callback {

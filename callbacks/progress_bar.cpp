@@ -37,6 +37,8 @@ void ProgressBar::on_train_batch_end(Trainer& t, LightningModule&, const torch::
   const int64_t done = idx + 1;
   if (tty_) {
     if (done % refresh_rate_ == 0 || done == t.num_training_batches()) draw(t, done, false);
+  } else if (t.num_training_batches() == DataLoader::kUnknownLength) {
+    if (done % 100 == 0) draw(t, done, true);  // no deciles of an unknown length
   } else {
     const int64_t decile = done * 10 / std::max<int64_t>(1, t.num_training_batches());
     if (decile != last_printed_decile_) {
@@ -47,17 +49,19 @@ void ProgressBar::on_train_batch_end(Trainer& t, LightningModule&, const torch::
 }
 
 void ProgressBar::draw(Trainer& t, int64_t done, bool newline) {
-  const int64_t total = t.num_training_batches();
+  const bool known = t.num_training_batches() != DataLoader::kUnknownLength;
+  const int64_t total = known ? t.num_training_batches() : 0;  // an iterable dataset without a length
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t ran = done - start_batch_;  // batches since the epoch (or resume) started
   const double rate = elapsed > 0 ? static_cast<double>(ran) / elapsed : 0.0;
-  const double eta = rate > 0 ? static_cast<double>(total - done) / rate : -1;
+  const double eta = rate > 0 && known ? static_cast<double>(total - done) / rate : -1;
   const int width = 24;
   const int filled = total > 0 ? static_cast<int>(width * done / total) : 0;
   std::ostringstream os;
   os << "Epoch " << t.current_epoch() << ": " << std::setw(3) << (total ? 100 * done / total : 0) << "%|"
-     << std::string(filled, '#') << std::string(width - filled, ' ') << "| " << done << '/' << total << " ["
-     << hms(elapsed) << '<' << hms(eta) << ", " << std::fixed << std::setprecision(2) << rate << "it/s"
+     << std::string(filled, '#') << std::string(width - filled, ' ') << "| " << done << '/'
+     << (known ? std::to_string(total) : std::string("?")) << " [" << hms(elapsed) << '<' << hms(eta) << ", "
+     << std::fixed << std::setprecision(2) << rate << "it/s"
      << ", step=" << t.global_step() << ", loss=" << std::setprecision(4) << last_loss_;
   for (const auto& [k, v] : t.progress_bar_metrics())
     if (k != "loss") os << ", " << k << '=' << std::setprecision(4) << v;

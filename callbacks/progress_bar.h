@@ -4,8 +4,23 @@
 #include <chrono>
 
 #include "volt/callbacks/callback.h"
+#include "volt/core/errors.h"
 
 namespace volt {
+
+/// The constructor's argument as an options struct (for configs: `class_path: ProgressBar`).
+struct ProgressBarOptions {
+  int64_t refresh_rate = 1;
+
+  template <class V>
+  void visit(V& v) {
+    v("refresh_rate", refresh_rate);
+  }
+  void validate(const std::string& prefix = "ProgressBar") const {
+    VOLT_CHECK(refresh_rate >= 1, ConfigError, "config key '", prefix, ".refresh_rate': must be >= 1, got ",
+               refresh_rate);
+  }
+};
 
 class ProgressBar : public Callback {
  public:

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "volt/checkpoint/checkpoint_reader.h"
+#include "volt/checkpoint/safetensors.h"
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
 
@@ -47,8 +48,22 @@ Checkpoint load_checkpoint_file(const std::string& path) {
   return c;
 }
 
-uint64_t consolidate_checkpoint(const std::string& src, const std::string& dst) {
+uint64_t consolidate_checkpoint(const std::string& src, const std::string& dst, WeightsFormat format) {
   CheckpointReader r(src);
+  if (format == WeightsFormat::Safetensors) {
+    std::map<std::string, SafetensorsWriter::Spec> specs;
+    for (const auto& n : r.names(kModelSection)) {
+      const ShardedTensor& t = r.tensor(kModelSection, n);
+      specs[n] = {t.dtype, t.shape};
+    }
+    SafetensorsWriter w(dst, specs,
+                        {{"format", "pt"},
+                         {"epoch", std::to_string(r.epoch())},
+                         {"global_step", std::to_string(r.global_step())},
+                         {"consolidated_from", src}});
+    for (const auto& n : r.names(kModelSection)) w.add(n, r.read(kModelSection, n));  // one tensor at a time
+    return w.commit();
+  }
   CheckpointHeader header;
   header.epoch = r.epoch();
   header.global_step = r.global_step();

@@ -61,9 +61,19 @@ void save_checkpoint_file(const Checkpoint& ckpt, const std::string& path);
 /// CheckpointError naming the file and the problem.
 Checkpoint load_checkpoint_file(const std::string& path);
 
+/// What consolidate_checkpoint writes.
+enum class WeightsFormat {
+  Volt,         // a full volt checkpoint: everything the source holds
+  Safetensors,  // the model's weights alone ("state_dict"), as a safetensors file (safetensors.h)
+};
+
 /// Turns the checkpoint at `src` (sharded folder, or full file) into a full checkpoint at `dst`,
-/// tensor by tensor: memory stays at about the largest tensor. Returns the bytes written.
-uint64_t consolidate_checkpoint(const std::string& src, const std::string& dst);
+/// or with WeightsFormat::Safetensors into a safetensors file of its model weights (names as in
+/// the checkpoint's state_dict; metadata "format": "pt", the epoch, the step and the source).
+/// Tensor by tensor: memory stays at about the largest tensor. Atomic: a failure leaves no file at
+/// `dst` (nor changes one there). Returns the bytes written.
+uint64_t consolidate_checkpoint(const std::string& src, const std::string& dst,
+                                WeightsFormat format = WeightsFormat::Volt);
 
 namespace detail {
 /// The scalar fields of the pickled top-level dict (epoch, global_step, volt_meta, format_version).

@@ -2,218 +2,420 @@
 
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
+#include <torch/torch.h>
 
-#include <cerrno>
-#include <chrono>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <set>
-#include <sstream>
+#include <optional>
 
-#include "volt/checkpoint/checkpoint.h"
+#include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/lr_monitor.h"
+#include "volt/callbacks/model_checkpoint.h"
+#include "volt/callbacks/model_summary.h"
+#include "volt/callbacks/prediction_writer.h"
+#include "volt/callbacks/progress_bar.h"
+#include "volt/cli/class_section.h"
+#include "volt/cli/cli_help.h"
+#include "volt/cli/config_files.h"
+#include "volt/cli/consolidate.h"
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
+#include "volt/trainer/trainer.h"
 
-namespace volt::cli {
+namespace volt {
+
+namespace detail {
+
+void check_no_init_args(const std::string& class_name, const YAML::Node& init_args, const std::string& prefix) {
+  if (!init_args || init_args.IsNull()) return;
+  if (!init_args.IsMap()) type_error(prefix, "a map", init_args);
+  for (const auto& kv : init_args)
+    throw ConfigError(
+        str_cat("unknown config key '", join_key(prefix, kv.first.Scalar()), "'; ", class_name, " takes no init_args"));
+}
+
+}  // namespace detail
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: volt {fit,validate,test} --config FILE [--config FILE ...] [--KEY=VALUE ...] [--print_config]\n"
-    "       volt consolidate SHARDED_CHECKPOINT [-o FILE] [--overwrite]\n"
-    "       volt [SUBCOMMAND] --help\n"
-    "  --config FILE        a YAML config with sections trainer, model, data, ckpt_path, seed_everything;\n"
-    "                       several are merged in order (later files override earlier keys)\n"
-    "  --trainer.max_steps=20, --model.ninp=64, ...   override any key (dotted path, YAML value)\n"
-    "  --print_config       print the resolved config and exit\n"
-    "  consolidate          turn a sharded checkpoint folder into one full checkpoint file\n"
-    "                       (default FILE: SHARDED_CHECKPOINT.consolidated), tensor by tensor\n";
+constexpr const char* kSections[] = {"trainer", "model", "data", "ckpt_path", "seed_everything"};
 
-/// The output may not be the input or inside it (that would destroy the source), and replaces an
-/// existing file only with --overwrite.
-void check_consolidate_output(const std::string& src, const std::string& dst, bool overwrite) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path s = fs::weakly_canonical(src, ec), d = fs::weakly_canonical(dst, ec);
-  auto rel = d.lexically_relative(s);
-  const bool inside = !rel.empty() && *rel.begin() != "..";
-  VOLT_CHECK(!inside, ConfigError, "consolidate: the output '", dst, "' is ",
-             d == s ? "the input itself" : "inside the input '" + src + "'", "; write it elsewhere (-o FILE)");
-  VOLT_CHECK(overwrite || !fs::exists(fs::symlink_status(dst, ec)), ConfigError, "consolidate: '", dst,
-             "' exists; pass --overwrite to replace it, or choose another -o FILE");
+/// The value at `dotted` inside `node`, if there is one.
+std::optional<YAML::Node> find_path(const YAML::Node& node, const std::string& dotted) {
+  const auto dot = dotted.find('.');
+  const std::string head = dotted.substr(0, dot);
+  if (!node.IsMap() || !node[head]) return std::nullopt;
+  const YAML::Node child = node[head];
+  if (dot == std::string::npos) return child;
+  return find_path(child, dotted.substr(dot + 1));
 }
 
-/// `volt consolidate DIR [-o FILE] [--overwrite]`.
-int consolidate(int argc, char** argv) {
-  std::string src, dst;
-  bool overwrite = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--overwrite") {
-      overwrite = true;
-    } else if (a == "-o" || a == "--output") {
-      VOLT_CHECK(i + 1 < argc, ConfigError, "consolidate: ", a, " needs a file name\n", kUsage);
-      dst = argv[++i];
-    } else if (a.rfind("--output=", 0) == 0) {
-      dst = a.substr(9);
-    } else {
-      VOLT_CHECK(a.rfind("-", 0) != 0 && src.empty(), ConfigError, "consolidate: unexpected argument '", a, "'\n",
-                 kUsage);
-      src = a;
-    }
+/// Sets `dotted` inside the map `node` (creating maps on the way).
+void set_path(YAML::Node node, const std::string& dotted, const YAML::Node& value) {
+  const auto dot = dotted.find('.');
+  if (dot == std::string::npos) {
+    node[dotted] = YAML::Clone(value);
+    return;
   }
-  VOLT_CHECK(!src.empty(), ConfigError, "consolidate: missing the sharded checkpoint folder\n", kUsage);
-  while (src.size() > 1 && src.back() == '/') src.pop_back();
-  if (dst.empty()) dst = src + ".consolidated";
-  check_consolidate_output(src, dst, overwrite);
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t bytes = consolidate_checkpoint(src, dst);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("consolidated {} into {}: {:.1f} MB in {:.2f} s", src, dst, static_cast<double>(bytes) / 1e6, s);
-  return 0;
+  const std::string head = dotted.substr(0, dot);
+  if (!node[head] || !node[head].IsMap()) node[head] = YAML::Node(YAML::NodeType::Map);
+  set_path(node[head], dotted.substr(dot + 1), value);
 }
 
-struct Args {
-  std::string subcommand;
-  std::vector<std::string> configs;
-  std::vector<std::string> overrides;  // "key=value"
-  bool print_config = false;
+/// `prefix.` removed from the front of `key` ("" if it is not there).
+std::string strip(const std::string& key, const std::string& prefix) {
+  return key.rfind(prefix + ".", 0) == 0 ? key.substr(prefix.size() + 1) : "";
+}
+
+/// The class a section names: its class_path, or the only registered class.
+template <class Base>
+const detail::ClassEntry<Base>* choose(const detail::ClassRegistry<Base>& registry, const detail::ClassSection& s,
+                                       const std::string& key, const char* adder) {
+  if (s.class_path.empty()) {
+    const auto& entries = registry.entries();
+    VOLT_CHECK(!entries.empty(), ConfigError, "config key '", key, "': no ", registry.kind(),
+               " class is registered (the program registers them with CLI::", adder, ")");
+    VOLT_CHECK(entries.size() == 1, ConfigError, "config key '", key, "': several ", registry.kind(),
+               " classes are registered (", registry.names(), "); choose one with ", key, ".class_path (or --", key,
+               "=NAME)");
+    return &entries.front();
+  }
+  const auto* e = registry.find(s.class_path);
+  VOLT_CHECK(e != nullptr, ConfigError, "config key '", key, ".class_path': unknown ", registry.kind(), " class '",
+             s.class_path, "'; registered: ", registry.names());
+  return e;
+}
+
+YAML::Node class_yaml(const std::string& name, const YAML::Node& init_args) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["class_path"] = name;
+  n["init_args"] = YAML::Clone(init_args);
+  return n;
+}
+
+/// The target's value from a link without a compute function: the source's; the config may not
+/// set it too.
+YAML::Node take_source(const LinkValues& v, const std::string& source) {
+  VOLT_CHECK(!v.target_given, ConfigError, "config key '", v.target_key, "' is set from '", source,
+             "' (a linked argument); remove it from the config");
+  return v.source;
+}
+
+}  // namespace
+
+struct CLI::Resolved {
+  struct Item {
+    const detail::ClassEntry<Callback>* entry;
+    YAML::Node args;
+    std::string prefix;
+  };
+  YAML::Node yaml;  // what --print_config prints and the logs keep
+  TrainerOptions trainer;
+  std::vector<Item> callbacks;
+  const detail::ClassEntry<LightningModule>* model = nullptr;
+  YAML::Node model_args, model_given;  // resolved; as the config gave them
+  std::string model_prefix;
+  const detail::ClassEntry<LightningDataModule>* data = nullptr;
+  YAML::Node data_args;
+  std::string data_prefix;
+  std::string ckpt_path;
 };
 
-Args parse_args(int argc, char** argv) {
-  Args a;
-  a.subcommand = argv[1];
-  VOLT_CHECK(
-      a.subcommand == "consolidate" || a.subcommand == "fit" || a.subcommand == "validate" || a.subcommand == "test",
-      ConfigError, "unknown subcommand '", a.subcommand, "'\n", kUsage);
-  for (int i = 2; i < argc; ++i) {
-    std::string s = argv[i];
-    VOLT_CHECK(s.rfind("--", 0) == 0, ConfigError, "unexpected argument '", s, "'\n", kUsage);
-    s = s.substr(2);
-    if (s == "print_config") {
-      a.print_config = true;
-      continue;
-    }
-    std::string key = s, value;
-    const auto eq = s.find('=');
-    if (eq != std::string::npos) {
-      key = s.substr(0, eq);
-      value = s.substr(eq + 1);
-    } else {
-      VOLT_CHECK(i + 1 < argc, ConfigError, "option --", key, " needs a value");
-      value = argv[++i];
-    }
-    if (key == "config")
-      a.configs.push_back(value);
-    else
-      a.overrides.push_back(key + "=" + value);
-  }
-  return a;
+CLI::CLI() {
+  add_callback<ModelCheckpointOptions>(
+      "ModelCheckpoint", [](const ModelCheckpointOptions& o) { return std::make_shared<ModelCheckpoint>(o); });
+  add_callback<EarlyStoppingOptions>("EarlyStopping",
+                                     [](const EarlyStoppingOptions& o) { return std::make_shared<EarlyStopping>(o); });
+  add_callback<LearningRateMonitorOptions>("LearningRateMonitor", [](const LearningRateMonitorOptions& o) {
+    return std::make_shared<LearningRateMonitor>(o.logging_interval);
+  });
+  add_callback<ProgressBarOptions>(
+      "ProgressBar", [](const ProgressBarOptions& o) { return std::make_shared<ProgressBar>(o.refresh_rate); });
+  add_callback<ModelSummaryOptions>(
+      "ModelSummary", [](const ModelSummaryOptions& o) { return std::make_shared<ModelSummary>(o.max_depth); });
+  add_callback<PredictionWriterOptions>(
+      "PredictionWriter", [](const PredictionWriterOptions& o) { return std::make_shared<PredictionWriter>(o); });
 }
 
-}  // namespace
+CLI::~CLI() = default;
 
-namespace {
-
-/// The text of a config file, with errors that say what is wrong with the path.
-std::string read_config_text(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const auto st = fs::status(path, ec);
-  VOLT_CHECK(st.type() != fs::file_type::not_found, ConfigError, "config file '", path, "' does not exist");
-  VOLT_CHECK(!ec, ConfigError, "config file '", path, "': ", ec.message());
-  VOLT_CHECK(st.type() != fs::file_type::directory, ConfigError, "config file '", path,
-             "' is a folder; --config takes a YAML file");
-  std::ifstream in(path, std::ios::binary);
-  VOLT_CHECK(in.good(), ConfigError, "config file '", path, "' cannot be read: ", std::strerror(errno));
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+CLI& CLI::record(const std::string& error) {
+  if (!error.empty()) registration_errors_.push_back(error);
+  return *this;
 }
 
-/// Throws for a key given twice in one map (YAML forbids it; yaml-cpp would keep the first silently).
-void check_unique_keys(const YAML::Node& n, const std::string& where, const std::string& prefix) {
-  if (n.IsMap()) {
-    std::set<std::string> seen;
-    for (const auto& kv : n) {
-      const std::string key = kv.first.Scalar();
-      const std::string full = prefix.empty() ? key : prefix + "." + key;
-      VOLT_CHECK(seen.insert(key).second, ConfigError, "config file '", where, "': key '", full,
-                 "' is given twice (line ", kv.first.Mark().line + 1, ")");
-      check_unique_keys(kv.second, where, full);
-    }
-  } else if (n.IsSequence()) {
-    for (size_t i = 0; i < n.size(); ++i) check_unique_keys(n[i], where, prefix + "[" + std::to_string(i) + "]");
-  }
+CLI& CLI::link_arguments(const std::string& source, const std::string& target, Link apply_on, LinkCompute compute) {
+  return add_link(source, target, apply_on, std::move(compute), nullptr);
 }
 
-/// `over` merged into `base`: maps key by key, anything else replaced (LightningCLI's order).
-void merge_into(YAML::Node base, const YAML::Node& over) {
-  for (const auto& kv : over) {
-    const std::string key = kv.first.Scalar();
-    if (kv.second.IsMap() && base[key] && base[key].IsMap())
-      merge_into(base[key], kv.second);
-    else
-      base[key] = YAML::Clone(kv.second);
-  }
+CLI& CLI::add_link(const std::string& source, const std::string& target, Link apply_on, LinkCompute compute,
+                   std::function<YAML::Node(LightningDataModule&)> read) {
+  std::string arg = strip(target, "model");
+  if (!strip(arg, "init_args").empty()) arg = strip(arg, "init_args");
+  if (arg.empty())
+    return record("link_arguments('" + source + "', '" + target +
+                  "'): the target must be a model init arg (model.NAME)");
+  std::string src = source;
+  if (!strip(src, "data.init_args").empty()) src = "data." + strip(src, "data.init_args");
+  const bool ok = apply_on == Link::OnInstantiate ? !strip(src, "data").empty()
+                                                  : (!strip(src, "data").empty() || !strip(src, "trainer").empty() ||
+                                                     src == "seed_everything" || src == "ckpt_path");
+  if (!ok)
+    return record("link_arguments('" + source + "', '" + target + "'): the source must be " +
+                  (apply_on == Link::OnInstantiate ? "data.NAME (a key of the data module's hparams())"
+                                                   : "a data., trainer., seed_everything or ckpt_path key"));
+  if (!compute) compute = [source](const LinkValues& v) { return take_source(v, source); };
+  links_.push_back({src, arg, apply_on, std::move(compute), std::move(read)});
+  return *this;
 }
 
-}  // namespace
-
-YAML::Node load_configs(const std::vector<std::string>& paths, const std::vector<std::string>& overrides) {
+YAML::Node CLI::load(const std::vector<std::string>& config_files, const std::vector<std::string>& overrides) const {
   YAML::Node root(YAML::NodeType::Map);
-  for (const auto& path : paths) {
-    YAML::Node file;
-    try {
-      file = YAML::Load(read_config_text(path));
-    } catch (const YAML::Exception& e) {
-      throw ConfigError(detail::str_cat("config file '", path, "': ", e.what()));
-    }
+  for (const auto& path : config_files) {
+    const YAML::Node file = detail::read_config_file(path);
     if (file.IsNull()) continue;
-    VOLT_CHECK(file.IsMap(), ConfigError, "config file '", path, "': the top level must be a map");
-    check_unique_keys(file, path, "");
-    merge_into(root, file);
+    for (const auto& kv : file) {
+      const std::string key = kv.first.Scalar();
+      if (key == "model" || key == "data") {
+        detail::merge_class_section(root, key, kv.second);
+      } else {
+        YAML::Node one(YAML::NodeType::Map);
+        one[key] = kv.second;
+        detail::merge_yaml(root, one);
+      }
+    }
   }
   for (const auto& o : overrides) {
     const auto eq = o.find('=');
-    apply_override(root, o.substr(0, eq), o.substr(eq + 1));
+    const std::string key = o.substr(0, eq), value = eq == std::string::npos ? "" : o.substr(eq + 1);
+    const std::string head = key.substr(0, key.find('.'));
+    if (head == "model" || head == "data")
+      detail::override_class_section(root, head, key.size() > head.size() ? key.substr(head.size() + 1) : "", value);
+    else
+      apply_override(root, key, value);
   }
   return root;
 }
 
-YAML::Node load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return load_configs(path.empty() ? std::vector<std::string>{} : std::vector<std::string>{path}, overrides);
+CLI::Resolved CLI::resolve_config(const YAML::Node& config) const {
+  VOLT_CHECK(registration_errors_.empty(), ConfigError, registration_errors_.front());
+  Resolved r;
+  const YAML::Node top = config && !config.IsNull() ? config : YAML::Node(YAML::NodeType::Map);
+  VOLT_CHECK(top.IsMap(), ConfigError, "the config must be a map of sections (trainer, model, data, ckpt_path, ",
+             "seed_everything), got ", detail::describe(top));
+  for (const auto& kv : top) {
+    const std::string key = kv.first.Scalar();
+    bool known = false;
+    for (const char* s : kSections) known = known || key == s;
+    VOLT_CHECK(known, ConfigError, "unknown config key '", key,
+               "'; valid keys here: ckpt_path, data, model, seed_everything, trainer");
+  }
+
+  // trainer: TrainerOptions, and the callbacks list beside them.
+  YAML::Node trainer = top["trainer"] ? YAML::Clone(top["trainer"]) : YAML::Node();
+  YAML::Node callbacks;
+  if (trainer.IsMap() && static_cast<const YAML::Node&>(trainer)["callbacks"]) {
+    callbacks = YAML::Clone(static_cast<const YAML::Node&>(trainer)["callbacks"]);
+    trainer.remove("callbacks");
+  }
+  r.trainer = options_from_yaml<TrainerOptions>(trainer, "trainer");
+  const std::optional<int64_t> seed = top["seed_everything"] ? detail::YamlCodec<std::optional<int64_t>>::decode(
+                                                                   top["seed_everything"], "seed_everything")
+                                                             : std::nullopt;
+  if (seed && !r.trainer.seed) r.trainer.seed = seed;
+  r.trainer.validate();
+  if (top["ckpt_path"])
+    r.ckpt_path = detail::YamlCodec<std::optional<std::string>>::decode(top["ckpt_path"], "ckpt_path").value_or("");
+
+  YAML::Node callbacks_yaml(YAML::NodeType::Sequence);
+  if (callbacks && !callbacks.IsNull()) {
+    if (!callbacks.IsSequence())
+      detail::type_error("trainer.callbacks", "a list of {class_path: NAME, init_args: {...}}", callbacks);
+    for (size_t i = 0; i < callbacks.size(); ++i) {
+      const std::string key = "trainer.callbacks[" + std::to_string(i) + "]";
+      const auto s = detail::parse_class_section(callbacks[i], key);
+      VOLT_CHECK(!s.class_path.empty(), ConfigError, "config key '", key,
+                 "': a callback needs class_path; registered: ", callbacks_.names());
+      const auto* e = choose(callbacks_, s, key, "add_callback");
+      const std::string prefix = s.args_prefix(key);
+      r.callbacks.push_back({e, e->resolve(s.init_args, prefix), prefix});
+      callbacks_yaml.push_back(class_yaml(e->name, r.callbacks.back().args));
+    }
+  }
+
+  const auto ds = detail::parse_class_section(top["data"], "data");
+  r.data = choose(datamodules_, ds, "data", "add_datamodule");
+  r.data_prefix = ds.args_prefix("data");
+  r.data_args = r.data->resolve(ds.init_args, r.data_prefix);
+
+  const auto ms = detail::parse_class_section(top["model"], "model");
+  r.model = choose(models_, ms, "model", "add_model");
+  r.model_prefix = ms.args_prefix("model");
+  r.model_given = ms.init_args;
+  YAML::Node model_args = YAML::Clone(ms.init_args);
+  YAML::Node trainer_yaml = options_to_yaml(r.trainer);
+  YAML::Node sources(YAML::NodeType::Map);
+  sources["trainer"] = trainer_yaml;
+  sources["data"] = r.data_args;
+  sources["seed_everything"] = detail::YamlCodec<std::optional<int64_t>>::encode(seed);
+  sources["ckpt_path"] = r.ckpt_path;
+  for (const auto& link : links_) {
+    if (link.apply_on != Link::OnParse) continue;
+    const auto source = find_path(sources, link.source);
+    VOLT_CHECK(source.has_value(), ConfigError, "link_arguments: the source '", link.source,
+               "' is not a key of the resolved config");
+    const auto given = find_path(model_args, link.target_arg);
+    const auto fallback = find_path(r.model->defaults, link.target_arg);
+    const LinkValues v{YAML::Clone(*source),
+                       given      ? *given
+                       : fallback ? *fallback
+                                  : YAML::Node(),
+                       given.has_value(), detail::join_key(r.model_prefix, link.target_arg)};
+    set_path(model_args, link.target_arg, link.compute(v));
+  }
+  r.model_args = r.model->resolve(model_args, r.model_prefix);
+
+  trainer_yaml["callbacks"] = callbacks_yaml;
+  r.yaml = YAML::Node(YAML::NodeType::Map);
+  r.yaml["trainer"] = trainer_yaml;
+  r.yaml["model"] = class_yaml(r.model->name, r.model_args);
+  r.yaml["data"] = class_yaml(r.data->name, r.data_args);
+  r.yaml["ckpt_path"] = r.ckpt_path;
+  r.yaml["seed_everything"] = detail::YamlCodec<std::optional<int64_t>>::encode(seed);
+  return r;
 }
 
-int run(int argc, char** argv, const App& app) {
-  try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a == "--help" || a == "-h" || (i == 1 && a == "help")) {
-        std::cout << kUsage;
-        return 0;
-      }
+YAML::Node CLI::resolve(const YAML::Node& config) const { return resolve_config(config).yaml; }
+
+int CLI::run(const cli::Command& command) {
+  const std::string& stage = command.subcommand;
+  VOLT_CHECK(detail::is_run_subcommand(stage), ConfigError, "unknown subcommand '", stage,
+             "'; valid: fit, validate, test, predict");
+  Resolved r = resolve_config(command.config);
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  bool writes_predictions = false;
+  for (const auto& c : r.callbacks) {
+    callbacks.push_back(c.entry->make(c.args, c.prefix));
+    writes_predictions = writes_predictions || dynamic_cast<PredictionWriter*>(callbacks.back().get()) != nullptr;
+  }
+  // The Trainer checks the combination (strategy, devices, precision) and starts nothing yet, so
+  // --print_config fails for every config the run would refuse.
+  Trainer trainer(r.trainer, callbacks);
+  if (command.print_config) {
+    std::cout << YAML::Dump(r.yaml) << std::endl;
+    return 0;
+  }
+  if (r.trainer.seed) torch::manual_seed(static_cast<uint64_t>(*r.trainer.seed));
+
+  std::shared_ptr<LightningDataModule> data = r.data->make(r.data_args, r.data_prefix);
+  bool link_on_instantiate = false;
+  for (const auto& l : links_) link_on_instantiate = link_on_instantiate || l.apply_on == Link::OnInstantiate;
+  if (link_on_instantiate) {
+    // The data module's values exist once it is set up: the Trainer runs prepare_data (rank 0,
+    // the other ranks waiting, whatever started them) and setup now, and not again in the run. A
+    // data file missing here is found before any work: a configuration error.
+    try {
+      trainer.prepare_data(*data, stage);
+    } catch (const DataError& e) {
+      throw ConfigError(e.what());
     }
-    VOLT_CHECK(argc >= 2, ConfigError, "missing subcommand\n", kUsage);
-    if (std::string(argv[1]) == "consolidate") return consolidate(argc, argv);
-    Args args = parse_args(argc, argv);
-    VOLT_CHECK(!args.configs.empty(), ConfigError, args.subcommand,
-               ": no --config FILE given (a run needs its trainer, model and data sections; see configs/)\n", kUsage);
-    Command cmd{args.subcommand, load_configs(args.configs, args.overrides), args.print_config};
-    return app(cmd);
+    for (const auto& link : links_) {
+      if (link.apply_on != Link::OnInstantiate) continue;
+      const std::string attr = strip(link.source, "data");
+      const std::string target_key = detail::join_key(r.model_prefix, link.target_arg);
+      const auto source = link.read ? std::optional<YAML::Node>(link.read(*data)) : find_path(data->hparams(), attr);
+      VOLT_CHECK(source.has_value(), ConfigError, "link_arguments('", link.source, "' -> '", target_key,
+                 "'): the data module ", r.data->name, " has no '", attr, "' in hparams() after setup(\"", stage,
+                 "\")");
+      const auto current = find_path(r.model_args, link.target_arg);
+      const LinkValues v{YAML::Clone(*source), current ? *current : YAML::Node(),
+                         find_path(r.model_given, link.target_arg).has_value(), target_key};
+      set_path(r.model_args, link.target_arg, link.compute(v));
+    }
+    r.model_args = r.model->resolve(r.model_args, r.model_prefix);  // validated with the linked values
+    r.yaml["model"] = class_yaml(r.model->name, r.model_args);      // the saved config shows them
+  }
+  std::shared_ptr<LightningModule> model = r.model->make(r.model_args, r.model_prefix);
+  trainer.set_config(r.yaml);
+
+  if (stage == "fit") {
+    trainer.fit(*model, *data, r.ckpt_path);
+    if (trainer.is_global_zero() && !trainer.log_dir().empty())
+      spdlog::info("fit done: {} steps; logs in {}", trainer.global_step(), trainer.log_dir());
+  } else if (stage == "predict") {
+    const std::vector<Batch> outputs = trainer.predict(*model, *data, r.ckpt_path, !writes_predictions);
+    if (trainer.is_global_zero()) {
+      for (const auto& c : trainer.callbacks())
+        if (const auto* w = dynamic_cast<const PredictionWriter*>(c.get()))
+          spdlog::info("predictions written to {}", w->output_dir());
+      if (!writes_predictions)
+        spdlog::info("predict done: {} batches on rank 0 (a PredictionWriter callback writes them to files)",
+                     outputs.size());
+    }
+  } else {
+    const auto metrics =
+        stage == "validate" ? trainer.validate(*model, *data, r.ckpt_path) : trainer.test(*model, *data, r.ckpt_path);
+    if (trainer.is_global_zero())
+      for (const auto& [k, v] : metrics) std::cout << k << ": " << v << "\n";
+  }
+  return 0;
+}
+
+int CLI::main(int argc, char** argv) {
+  if (argc > 0 && argv[0] != nullptr) program_ = std::filesystem::path(argv[0]).filename().string();
+  try {
+    VOLT_CHECK(registration_errors_.empty(), ConfigError, registration_errors_.front());
+    const std::string first = argc >= 2 ? argv[1] : "";
+    bool wants_help = first == "help";
+    for (int i = 1; i < argc; ++i)
+      wants_help = wants_help || std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
+    if (wants_help) {
+      std::cout << (first == "consolidate" ? detail::consolidate_usage(program_) : help(first));
+      return 0;
+    }
+    VOLT_CHECK(argc >= 2, ConfigError, "missing subcommand\n", usage());
+    if (first == "consolidate") return detail::run_consolidate(argc, argv, program_);
+    VOLT_CHECK(detail::is_run_subcommand(first), ConfigError, "unknown subcommand '", first, "'\n", usage());
+
+    cli::Command command{first, YAML::Node(), false};
+    std::vector<std::string> configs, overrides;
+    for (int i = 2; i < argc; ++i) {
+      std::string s = argv[i];
+      VOLT_CHECK(s.rfind("--", 0) == 0, ConfigError, "unexpected argument '", s, "'\n", usage());
+      s = s.substr(2);
+      if (s == "print_config") {
+        command.print_config = true;
+        continue;
+      }
+      std::string key = s, value;
+      const auto eq = s.find('=');
+      if (eq != std::string::npos) {
+        key = s.substr(0, eq);
+        value = s.substr(eq + 1);
+      } else {
+        VOLT_CHECK(i + 1 < argc, ConfigError, "option --", key, " needs a value");
+        value = argv[++i];
+      }
+      if (key == "config")
+        configs.push_back(value);
+      else
+        overrides.push_back(key + "=" + value);
+    }
+    VOLT_CHECK(!configs.empty(), ConfigError, first,
+               ": no --config FILE given (a run needs its trainer, model and data sections)\n", usage());
+    command.config = load(configs, overrides);
+    return run(command);
   } catch (const ConfigError& e) {
-    std::cerr << "volt: config error: " << e.what() << std::endl;
+    std::cerr << program_ << ": config error: " << e.what() << std::endl;
     return 2;
   } catch (const c10::Error& e) {
     // LibTorch's own errors (an allocation that failed, say): the message, not its C++ stack trace.
-    std::cerr << "volt: error: " << e.what_without_backtrace() << std::endl;
+    std::cerr << program_ << ": error: " << e.what_without_backtrace() << std::endl;
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "volt: error: " << e.what() << std::endl;
+    std::cerr << program_ << ": error: " << e.what() << std::endl;
     return 1;
   }
 }
 
-}  // namespace volt::cli
+}  // namespace volt

@@ -60,6 +60,14 @@ class LightningModule : public torch::nn::Module {
   virtual torch::Tensor training_step(const Batch& batch, int64_t batch_idx) = 0;
   virtual void validation_step(const Batch& batch, int64_t batch_idx);
   virtual void test_step(const Batch& batch, int64_t batch_idx);
+  /// With several validation / test loaders, override these to know which one a batch came from
+  /// (Lightning's dataloader_idx). The defaults call the two-argument steps.
+  virtual void validation_step(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
+  virtual void test_step(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
+  /// Trainer::predict's step: returns the prediction for `batch` (any tensors, named or nested).
+  /// Runs in eval mode without gradients; log() is not available here, as in Lightning.
+  virtual Batch predict_step(const Batch& batch, int64_t batch_idx);
+  virtual Batch predict_step(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
 
   // ---- lifecycle hooks (Lightning's names) ------------------------------------------------
   virtual void on_fit_start() {}
@@ -73,6 +81,9 @@ class LightningModule : public torch::nn::Module {
   virtual void on_validation_epoch_start() {}
   virtual void on_validation_epoch_end() {}
   virtual void on_test_epoch_end() {}
+  virtual void on_predict_start() {}
+  virtual void on_predict_epoch_end() {}
+  virtual void on_predict_end() {}
   virtual void on_before_backward(const torch::Tensor& loss) {}
   virtual void on_after_backward() {}
   virtual void on_before_optimizer_step(torch::optim::Optimizer& optimizer) {}

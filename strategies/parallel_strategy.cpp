@@ -78,7 +78,9 @@ ProcessGroup& ParallelStrategy::process_group() {
   return *pg_;
 }
 
-void ParallelStrategy::setup_dataloader(DataLoader& loader) { loader.set_distributed(env_.rank, env_.world_size); }
+void ParallelStrategy::setup_dataloader(DataLoader& loader, bool pad) {
+  loader.set_distributed(env_.rank, env_.world_size, pad);
+}
 
 torch::Tensor ParallelStrategy::all_reduce(const torch::Tensor& t, ReduceOp op) {
   torch::Tensor c = t.detach().clone();

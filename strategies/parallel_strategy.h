@@ -18,7 +18,7 @@ class ParallelStrategy : public Strategy {
   void setup_environment() override;
   int64_t global_rank() const override { return env_.rank; }
   int64_t world_size() const override { return env_.world_size; }
-  void setup_dataloader(DataLoader& loader) override;
+  void setup_dataloader(DataLoader& loader, bool pad = true) override;
   torch::Tensor all_reduce(const torch::Tensor& t, ReduceOp op) override;
   torch::Tensor broadcast(const torch::Tensor& t, int64_t src) override;
   void barrier(const std::string& name) override;

@@ -43,11 +43,8 @@ void Strategy::set_activation_checkpointing(ModulePolicy policy, std::string con
 Batch Strategy::batch_to_device(const Batch& batch) const {
   const torch::Device dev = root_device();
   if (dev.is_cpu()) return batch;
-  Batch out;
-  out.reserve(batch.size());
-  // Pinned host memory lets the copy run asynchronously with respect to the host.
-  for (const auto& t : batch) out.push_back(t.defined() ? t.to(dev, /*non_blocking=*/t.is_pinned()) : t);
-  return out;
+  // Every tensor, named and nested too. Pinned host memory lets the copy run asynchronously.
+  return batch.map([&](const torch::Tensor& t) { return t.to(dev, /*non_blocking=*/t.is_pinned()); });
 }
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
@@ -55,14 +52,19 @@ torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batc
   return module.training_step(batch_to_device(batch), batch_idx);
 }
 
-void Strategy::validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
+void Strategy::validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
-  module.validation_step(batch_to_device(batch), batch_idx);
+  module.validation_step(batch_to_device(batch), batch_idx, dataloader_idx);
 }
 
-void Strategy::test_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
+void Strategy::test_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
-  module.test_step(batch_to_device(batch), batch_idx);
+  module.test_step(batch_to_device(batch), batch_idx, dataloader_idx);
+}
+
+Batch Strategy::predict_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
+  auto guard = precision_.forward_guard(accelerator_ == "cuda");
+  return module.predict_step(batch_to_device(batch), batch_idx, dataloader_idx);
 }
 
 void Strategy::backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) {

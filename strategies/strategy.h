@@ -61,7 +61,9 @@ class Strategy {
   /// Adapts the optimizer configure_optimizers returned (FSDP points it at the shards).
   virtual void setup_optimizer(LightningModule& module, OptimizerConfig& config) {}
   /// Restricts a loader to this rank's share (distributed strategies).
-  virtual void setup_dataloader(DataLoader& loader) {}
+  /// Restricts `loader` to this rank's share (a no-op on one process). `pad`: every rank gets the
+  /// same number of batches, repeating samples (DistributedSampler); false: every sample once.
+  virtual void setup_dataloader(DataLoader& loader, bool pad = true) {}
   /// Undoes setup_module's changes to the module (interceptors, sharding) so it can be used alone.
   /// Overrides call this base last (it removes activation checkpointing).
   virtual void teardown(LightningModule& module);
@@ -82,8 +84,9 @@ class Strategy {
   // ---- one step ---------------------------------------------------------------------------
   /// Runs module.training_step under the strategy's forward context (precision, FSDP root gather).
   virtual torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
-  virtual void validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
-  virtual void test_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
+  virtual void validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
+  virtual void test_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
+  virtual Batch predict_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
   /// Backward of `loss` (scaled by the precision first under "16-mixed"); `sync_gradients` is false
   /// on gradient-accumulation micro-steps.
   void backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients);

@@ -72,6 +72,7 @@ std::vector<CheckpointConnector::Entry> CheckpointConnector::entries() {
   for (auto& c : callbacks_) out.push_back({"callbacks", c->state_key(), c.get(), false});
   // Without a loss scaler there is nothing to save (and loading is a no-op).
   if (strategy_.precision().grad_scaler()) out.push_back({"grad_scaler", "", &strategy_.precision(), false});
+  if (datamodule_) out.push_back({"datamodule", "", datamodule_, false});
   return out;
 }
 
@@ -145,6 +146,7 @@ void CheckpointConnector::save(LightningModule& module, const std::string& path,
   header.meta["strategy"] = strategy_.name();
   header.meta["world_size"] = strategy_.world_size();
   header.meta["hyper_parameters"] = module.hparams();
+  if (datamodule_) header.meta["datamodule_hyper_parameters"] = datamodule_->hparams();
   if (config_ && !config_.IsNull()) header.meta["config"] = config_;
   for (const Entry& e : entries()) {
     if (weights_only && !e.with_weights_only) continue;

@@ -9,6 +9,7 @@
 ///   "lr_schedulers"         the LR scheduler, {name, last_epoch} (when there is one; also with weights_only)
 ///   "callbacks/<state_key>" each callback, at meta["callbacks"][state_key]
 ///   "grad_scaler"           the Precision's loss scaler (when there is one)
+///   "datamodule"            the LightningDataModule given to fit (when there is one)
 /// RNG states are tensors, not YAML: they travel in the header's rng_states (one set per rank).
 ///
 /// Ownership: borrows the Trainer (for "last" and the hooks), its options, Strategy, callbacks,
@@ -20,6 +21,7 @@
 
 #include "volt/callbacks/callback.h"
 #include "volt/core/stateful.h"
+#include "volt/data/data_module.h"
 #include "volt/module/lightning_module.h"
 #include "volt/strategies/strategy.h"
 #include "volt/trainer/fit_loop.h"
@@ -41,6 +43,8 @@ class CheckpointConnector {
   void restore(LightningModule& module, const std::string& ckpt_path);
   /// Writes a checkpoint at `path`; weights_only leaves out the optimizer, callbacks, scaler and RNG.
   void save(LightningModule& module, const std::string& path, bool weights_only);
+  /// The data module of the running fit (nullptr: none), saved and restored under "datamodule".
+  void set_datamodule(LightningDataModule* datamodule) { datamodule_ = datamodule; }
 
  private:
   /// A Stateful and where it lives in the metadata: meta[section], or meta[section][name].
@@ -76,6 +80,7 @@ class CheckpointConnector {
   OptimizerConfig& opt_;
   const YAML::Node& config_;
   SchedulerState scheduler_state_;
+  LightningDataModule* datamodule_ = nullptr;
 };
 
 }  // namespace volt

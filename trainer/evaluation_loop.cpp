@@ -7,8 +7,8 @@
 
 namespace volt {
 
-void EvaluationLoop::run(LightningModule& module, DataLoader& loader, RunningStage stage, int64_t max_batches,
-                         const FitProgress& progress) {
+void EvaluationLoop::run(LightningModule& module, const std::vector<DataLoader*>& loaders, RunningStage stage,
+                         const BatchCount& count, const FitProgress& progress) {
   const RunningStage saved = stage_;
   stage_ = stage;
   const bool was_training = module.is_training();
@@ -20,19 +20,17 @@ void EvaluationLoop::run(LightningModule& module, DataLoader& loader, RunningSta
     hooks_.on_validation_start(module);
     hooks_.on_validation_epoch_start(module);
   }
-  for (int64_t i = 0; i < max_batches; ++i) {
-    Batch b = loader.batch(i);
+  const int64_t n = static_cast<int64_t>(loaders.size());
+  for (int64_t d = 0; d < n; ++d) {
+    metrics_.set_dataloader(d, n);
     try {
-      if (is_val)
-        strategy_.validation_step(module, b, i);
-      else
-        strategy_.test_step(module, b, i);
-    } catch (const detail::HookNotImplemented& e) {
-      throw ConfigError(std::string("a ") + (is_val ? "validation" : "test") +
-                        " dataloader was given but the module does not implement " + e.hook);
+      run_loader(module, *loaders[d], d, is_val, count(*loaders[d]));
+    } catch (...) {
+      metrics_.set_dataloader(0, 1);
+      throw;
     }
-    if (is_val) hooks_.on_validation_batch_end(module, b, i);
   }
+  metrics_.set_dataloader(0, 1);
   if (stage == RunningStage::Sanity)
     metrics_.reset_epoch(Metrics::Loop::Eval);  // sanity-check metrics are never logged
   else
@@ -45,6 +43,25 @@ void EvaluationLoop::run(LightningModule& module, DataLoader& loader, RunningSta
   }
   if (was_training) module.train();
   stage_ = saved;
+}
+
+void EvaluationLoop::run_loader(LightningModule& module, DataLoader& loader, int64_t d, bool is_val,
+                                int64_t max_batches) {
+  BatchStream stream = loader.iterate(0);
+  for (int64_t i = 0; i < max_batches; ++i) {
+    std::optional<Batch> b = data_.next_batch(stream, loader);
+    if (!b) break;
+    try {
+      if (is_val)
+        strategy_.validation_step(module, *b, i, d);
+      else
+        strategy_.test_step(module, *b, i, d);
+    } catch (const detail::HookNotImplemented& e) {
+      throw ConfigError(std::string("a ") + (is_val ? "validation" : "test") +
+                        " dataloader was given but the module does not implement " + e.hook);
+    }
+    if (is_val) hooks_.on_validation_batch_end(module, *b, i);
+  }
 }
 
 }  // namespace volt

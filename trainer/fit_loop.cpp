@@ -13,9 +13,9 @@
 namespace volt {
 
 void FitLoop::setup_data(DataLoader& train_loader) {
-  num_training_batches_ = options_.limit_train_batches.apply(train_loader.num_batches());
+  num_training_batches_ = count_batches(options_.limit_train_batches, train_loader, "trainer.limit_train_batches");
   VOLT_CHECK(num_training_batches_ > 0, ConfigError, "the training dataloader yields no batches on rank ",
-             strategy_.global_rank(), " (dataset size ", train_loader.dataset().size(), ", batch_size ",
+             strategy_.global_rank(), " (", train_loader.num_batches(), " batches of batch_size ",
              train_loader.options().batch_size, ", limit_train_batches)");
 }
 
@@ -25,22 +25,18 @@ bool FitLoop::done() const {
   return false;
 }
 
-void FitLoop::run(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader) {
+void FitLoop::run(LightningModule& module, DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders) {
   module_ = &module;
   stage_ = RunningStage::Train;
   hooks_.on_train_start(module);
   // A checkpoint saved at the end of an epoch resumes at the next one.
-  if (progress_.batch_in_epoch >= num_training_batches_) {
-    ++progress_.epoch;
-    progress_.batch_in_epoch = 0;
-  }
+  if (progress_.epoch_done || progress_.batch_in_epoch >= num_training_batches_) next_epoch();
   const int64_t max_epochs = options_.effective_max_epochs();
   while (progress_.epoch < max_epochs && !done()) {
-    run_epoch(train_loader, val_loader, progress_.batch_in_epoch);
-    if (progress_.batch_in_epoch < num_training_batches_) break;  // stopped mid-epoch (max_steps / should_stop)
+    run_epoch(train_loader, val_loaders, progress_.batch_in_epoch);
+    if (!progress_.epoch_done) break;  // stopped mid-epoch (max_steps / should_stop)
     if (done()) break;
-    ++progress_.epoch;
-    progress_.batch_in_epoch = 0;
+    next_epoch();
   }
   stage_ = RunningStage::Train;
   hooks_.on_train_end(module);
@@ -60,25 +56,43 @@ void FitLoop::optimizer_step_and_schedule() {
     opt_.lr_scheduler->step();
 }
 
-void FitLoop::run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_t start_batch) {
+void FitLoop::next_epoch() {
+  ++progress_.epoch;
+  progress_.batch_in_epoch = 0;
+  progress_.epoch_done = false;
+}
+
+void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders, int64_t start_batch) {
   LightningModule& module = *module_;
   train_loader.set_epoch(progress_.epoch);
   const int64_t n = num_training_batches_;
+  const bool unknown_length = n == DataLoader::kUnknownLength;
   const int64_t accum = options_.accumulate_grad_batches;
   int64_t val_every = 0;
-  if (val_loader && (progress_.epoch + 1) % options_.check_val_every_n_epoch == 0) {
-    val_every = options_.val_check_interval.is_fraction
-                    ? std::max<int64_t>(1, static_cast<int64_t>(options_.val_check_interval.value * n))
-                    : static_cast<int64_t>(options_.val_check_interval.value);
+  if (!val_loaders.empty() && (progress_.epoch + 1) % options_.check_val_every_n_epoch == 0) {
+    VOLT_CHECK(!unknown_length || !options_.val_check_interval.is_fraction || options_.val_check_interval.value == 1.0,
+               ConfigError, "config key 'trainer.val_check_interval': a fraction of an epoch of unknown length (an ",
+               "iterable dataset without a length) is undefined; give a number of batches");
+    val_every = !options_.val_check_interval.is_fraction ? static_cast<int64_t>(options_.val_check_interval.value)
+                : unknown_length                         ? 0  // at the end of the epoch, below
+                                 : std::max<int64_t>(1, static_cast<int64_t>(options_.val_check_interval.value * n));
   }
-  const int64_t val_batches = val_loader ? options_.limit_val_batches.apply(val_loader->num_batches()) : 0;
+  const bool val_at_end = !val_loaders.empty() && unknown_length && options_.val_check_interval.is_fraction &&
+                          (progress_.epoch + 1) % options_.check_val_every_n_epoch == 0;
   module.train();
   metrics_.reset_epoch(Metrics::Loop::Train);
   hooks_.on_train_epoch_start(module);
-  for (int64_t i = start_batch; i < n && !done(); ++i) {
-    Batch b = train_loader.batch(i);
+  BatchStream stream = train_loader.iterate(start_batch);
+  // With an unknown length, the batch after this one is fetched first: whether this one is the
+  // epoch's last decides the accumulation boundary and the epoch-interval scheduler step.
+  std::optional<Batch> ahead = start_batch < n ? data_.next_batch(stream, train_loader) : std::nullopt;
+  if (!ahead) progress_.epoch_done = true;
+  for (int64_t i = start_batch; i < n && ahead && !done(); ++i) {
+    Batch b = std::move(*ahead);
+    ahead = i + 1 < n ? data_.next_batch(stream, train_loader) : std::nullopt;
+    const bool last = !ahead;
     hooks_.on_train_batch_start(module, b, i);
-    const bool last_micro = ((i + 1) % accum == 0) || (i + 1 == n);
+    const bool last_micro = ((i + 1) % accum == 0) || last;
     torch::Tensor loss = strategy_.training_step(module, b, i);
     VOLT_CHECK(loss.defined() && loss.numel() == 1, ConfigError, "training_step must return a scalar loss");
     check_step(loss, i);
@@ -89,15 +103,15 @@ void FitLoop::run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_
     if (last_micro) optimizer_step_and_schedule();
     // Epoch-interval schedulers step right after the epoch's last optimizer step, as Lightning 2.x
     // does, so checkpoints written by epoch-end hooks already hold the stepped scheduler.
-    if (i + 1 == n && opt_.lr_scheduler && opt_.interval == SchedulerInterval::Epoch &&
+    if (last && opt_.lr_scheduler && opt_.interval == SchedulerInterval::Epoch &&
         (progress_.epoch + 1) % opt_.frequency == 0)
       opt_.lr_scheduler->step();
     progress_.batch_in_epoch = i + 1;
+    if (last) progress_.epoch_done = true;
     if (last_micro && progress_.global_step % options_.log_every_n_steps == 0) metrics_.flush_step_metrics(progress_);
     const torch::Tensor loss_d = loss.detach();
     hooks_.on_train_batch_end(module, loss_d, b, i);
-    if (val_every > 0 && (i + 1) % val_every == 0 && val_batches > 0)
-      evaluation_.run(module, *val_loader, RunningStage::Validate, val_batches, progress_);
+    if ((val_every > 0 && (i + 1) % val_every == 0) || (val_at_end && last)) run_validation(module, val_loaders);
     if (requeue_pending_) {
       requeue_pending_ = false;
       throw TrainingError(save_and_requeue_());
@@ -182,9 +196,19 @@ void FitLoop::end_epoch() {
   metrics_.finish_epoch(Metrics::Loop::Train, progress_);
 }
 
+void FitLoop::run_validation(LightningModule& module, const std::vector<DataLoader*>& val_loaders) {
+  auto count = [&](const DataLoader& l) {
+    return count_batches(options_.limit_val_batches, l, "trainer.limit_val_batches");
+  };
+  // limit_val_batches: 0 turns validation off (no hooks either), as in Lightning.
+  if (std::none_of(val_loaders.begin(), val_loaders.end(), [&](const DataLoader* l) { return count(*l) > 0; })) return;
+  evaluation_.run(module, val_loaders, RunningStage::Validate, count, progress_);
+}
+
 YAML::Node FitLoop::state_dict() const {
   YAML::Node n(YAML::NodeType::Map);
   n["batch_in_epoch"] = progress_.batch_in_epoch;
+  if (progress_.epoch_done) n["epoch_done"] = true;
   n["epoch"] = progress_.epoch;
   n["global_step"] = progress_.global_step;
   return n;
@@ -194,6 +218,7 @@ void FitLoop::load_state_dict(const YAML::Node& state) {
   progress_.epoch = state["epoch"].as<int64_t>();
   progress_.global_step = state["global_step"].as<int64_t>();
   progress_.batch_in_epoch = state["batch_in_epoch"] ? state["batch_in_epoch"].as<int64_t>() : 0;
+  progress_.epoch_done = state["epoch_done"] && state["epoch_done"].as<bool>();
 }
 
 }  // namespace volt

@@ -15,6 +15,7 @@
 #include "volt/module/data.h"
 #include "volt/module/lightning_module.h"
 #include "volt/strategies/strategy.h"
+#include "volt/trainer/data_connector.h"
 #include "volt/trainer/evaluation_loop.h"
 #include "volt/trainer/hook_dispatcher.h"
 #include "volt/trainer/metrics.h"
@@ -26,12 +27,14 @@ namespace volt {
 class FitLoop : public Stateful {
  public:
   FitLoop(const TrainerOptions& options, Strategy& strategy, HookDispatcher& hooks, Metrics& metrics,
-          EvaluationLoop& evaluation, OptimizerConfig& optimizer, RunningStage& stage, const bool& should_stop)
+          EvaluationLoop& evaluation, DataConnector& data, OptimizerConfig& optimizer, RunningStage& stage,
+          const bool& should_stop)
       : options_(options),
         strategy_(strategy),
         hooks_(hooks),
         metrics_(metrics),
         evaluation_(evaluation),
+        data_(data),
         opt_(optimizer),
         stage_(stage),
         should_stop_(should_stop) {}
@@ -40,7 +43,7 @@ class FitLoop : public Stateful {
   void setup_data(DataLoader& train_loader);
   /// Trains from the current progress until max_epochs, max_steps or should_stop, between the
   /// on_train_start and on_train_end hooks.
-  void run(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader);
+  void run(LightningModule& module, DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders);
 
   /// SLURM auto-requeue: when any rank received `signal`, every rank finishes the step, then
   /// `save_and_requeue` runs (collective; returns what it did) and fit ends with a TrainingError
@@ -75,7 +78,10 @@ class FitLoop : public Stateful {
   /// that received a stop signal, and that signal. Collective.
   StepVerdict agree(bool finite);
   bool done() const;
-  void run_epoch(DataLoader& train_loader, DataLoader* val_loader, int64_t start_batch);
+  /// One epoch from `start_batch`; sets progress_.epoch_done when its batches ran out.
+  void run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders, int64_t start_batch);
+  void next_epoch();
+  void run_validation(LightningModule& module, const std::vector<DataLoader*>& val_loaders);
   void optimizer_step_and_schedule();
   /// The end of a training epoch, whole or cut short by max_steps / should_stop (as Lightning):
   /// on_train_epoch_end hooks, then the epoch-level training metrics are logged.
@@ -86,6 +92,7 @@ class FitLoop : public Stateful {
   HookDispatcher& hooks_;
   Metrics& metrics_;
   EvaluationLoop& evaluation_;
+  DataConnector& data_;
   OptimizerConfig& opt_;
   RunningStage& stage_;
   const bool& should_stop_;

@@ -119,6 +119,29 @@ void HookDispatcher::on_test_epoch_end(LightningModule& m) {
   m.on_test_epoch_end();
 }
 
+void HookDispatcher::on_predict_start(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_predict_start(trainer_, m); });
+  m.on_predict_start();
+}
+
+void HookDispatcher::on_predict_batch_end(LightningModule& m, const Batch& outputs, const Batch& batch,
+                                          const std::vector<int64_t>& sample_indices, int64_t batch_idx,
+                                          int64_t dataloader_idx) {
+  callbacks([&](Callback& c) {
+    c.on_predict_batch_end(trainer_, m, outputs, batch, sample_indices, batch_idx, dataloader_idx);
+  });
+}
+
+void HookDispatcher::on_predict_epoch_end(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_predict_epoch_end(trainer_, m); });
+  m.on_predict_epoch_end();
+}
+
+void HookDispatcher::on_predict_end(LightningModule& m) {
+  callbacks([&](Callback& c) { c.on_predict_end(trainer_, m); });
+  m.on_predict_end();
+}
+
 void HookDispatcher::on_save_checkpoint(LightningModule& m, CheckpointMeta& checkpoint) {
   callbacks([&](Callback& c) { c.on_save_checkpoint(trainer_, m, checkpoint); });
   m.on_save_checkpoint(checkpoint);

@@ -40,6 +40,11 @@ class HookDispatcher {
   void on_validation_epoch_end(LightningModule& m);
   void on_validation_end(LightningModule& m);
   void on_test_epoch_end(LightningModule& m);
+  void on_predict_start(LightningModule& m);
+  void on_predict_batch_end(LightningModule& m, const Batch& outputs, const Batch& batch,
+                            const std::vector<int64_t>& sample_indices, int64_t batch_idx, int64_t dataloader_idx);
+  void on_predict_epoch_end(LightningModule& m);
+  void on_predict_end(LightningModule& m);
   void on_save_checkpoint(LightningModule& m, CheckpointMeta& checkpoint);
   void on_load_checkpoint(LightningModule& m, const CheckpointMeta& checkpoint);
   void on_exception(LightningModule& m, const std::exception& e);

@@ -7,9 +7,13 @@
 
 namespace volt {
 
-void Metrics::log(const std::string& name, const torch::Tensor& value, const LogOptions& o, RunningStage stage) {
-  VOLT_CHECK(value.numel() == 1, ConfigError, "log('", name, "'): value must be a scalar, got shape ", value.sizes());
+void Metrics::log(const std::string& given, const torch::Tensor& value, const LogOptions& o, RunningStage stage) {
+  VOLT_CHECK(stage != RunningStage::Predict, ConfigError, "log('", given,
+             "') called in predict: predict_step returns its outputs instead of logging them (as in Lightning)");
+  VOLT_CHECK(value.numel() == 1, ConfigError, "log('", given, "'): value must be a scalar, got shape ", value.sizes());
   if (stage == RunningStage::Sanity) return;
+  const bool several = stage != RunningStage::Train && num_dataloaders_ > 1;
+  const std::string name = several ? given + "/dataloader_idx_" + std::to_string(dataloader_idx_) : given;
   torch::Tensor v = value.detach().to(torch::kCPU, torch::kDouble);
   if (o.sync_dist) v = strategy_.all_reduce(v, ReduceOp::Mean);
   const double x = v.item<double>();

@@ -26,6 +26,12 @@ class Metrics {
 
   explicit Metrics(Strategy& strategy) : strategy_(strategy) {}
   void set_logger(CSVLogger* logger) { logger_ = logger; }
+  /// The evaluation loader now running, of `count`: with several, every name logged gets
+  /// Lightning's "/dataloader_idx_<idx>" suffix, so each loader has its own epoch means.
+  void set_dataloader(int64_t idx, int64_t count) {
+    dataloader_idx_ = idx;
+    num_dataloaders_ = count;
+  }
 
   /// One LightningModule::log call while `stage` runs (ignored during the sanity check). on_step and
   /// on_epoch default by stage; with both, the values are "<name>_step" and "<name>_epoch".
@@ -50,6 +56,7 @@ class Metrics {
 
   Strategy& strategy_;
   CSVLogger* logger_ = nullptr;
+  int64_t dataloader_idx_ = 0, num_dataloaders_ = 1;
   std::map<std::string, double> step_metrics_;
   EpochAccum train_epoch_accum_;
   EpochAccum eval_epoch_accum_;

@@ -80,7 +80,11 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
   add_default_callbacks(stage);
   if (options_.logger && strategy_->is_global_zero() && !logger_) {
     logger_ = std::make_unique<CSVLogger>(options_.default_root_dir);
-    logger_->log_hyperparams(module.hparams());
+    // One hparams.yaml for both, as Lightning merges the module's and the data module's.
+    YAML::Node hp = YAML::Clone(module.hparams());
+    if (datamodule_)
+      for (const auto& kv : datamodule_->hparams()) hp[kv.first.Scalar()] = YAML::Clone(kv.second);
+    logger_->log_hyperparams(hp);
     if (config_) logger_->save_config(config_);
     metrics_.set_logger(logger_.get());
   }
@@ -119,6 +123,19 @@ void Trainer::finish(LightningModule& module, const std::string& stage) {
   strategy_->finalize();
 }
 
+void Trainer::prepare_data(LightningDataModule& datamodule, const std::string& stage) {
+  strategy_->setup_environment();  // the process group: the other ranks wait for rank 0's files
+  data_connector_.prepare(datamodule, stage);
+  prepared_ = &datamodule;
+  prepared_stage_ = stage;
+}
+
+void Trainer::prepare_once(LightningDataModule& datamodule, const std::string& stage) {
+  const bool done = prepared_ == &datamodule && prepared_stage_ == stage;
+  prepared_ = nullptr;
+  if (!done) data_connector_.prepare(datamodule, stage);
+}
+
 void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
   VOLT_CHECK(module_ != nullptr, CheckpointError, "save_checkpoint('", path, "') called with no module attached");
   checkpoint_connector_.save(*module_, path, weights_only);
@@ -130,6 +147,24 @@ void Trainer::log_metric(const std::string& name, const torch::Tensor& value, co
 
 void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader,
                   const std::string& ckpt_path) {
+  std::vector<DataLoader*> vals;
+  if (val_loader) vals.push_back(val_loader);
+  run_fit(module, nullptr, &train_loader, vals, ckpt_path);
+}
+
+void Trainer::fit(LightningModule& module, DataLoader& train_loader, const DataLoaders& val_loaders,
+                  const std::string& ckpt_path) {
+  run_fit(module, nullptr, &train_loader, loader_ptrs(val_loaders), ckpt_path);
+}
+
+void Trainer::fit(LightningModule& module, LightningDataModule& datamodule, const std::string& ckpt_path) {
+  run_fit(module, &datamodule, nullptr, {}, ckpt_path);
+}
+
+void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, DataLoader* train_loader,
+                      std::vector<DataLoader*> val_loaders, const std::string& ckpt_path) {
+  std::shared_ptr<DataLoader> dm_train;  // the data module's loaders live through the call
+  DataLoaders dm_vals;
   try {
     const int requeue_signal = options_.slurm.active_signal();
     detail::StopSignals stop_signals(requeue_signal);  // SIGINT/SIGTERM end fit cleanly (FitLoop::check_step)
@@ -141,28 +176,46 @@ void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader*
     fit_loop_.set_requeue(requeue_signal, [this, &module] { return save_and_requeue(module); });
     std::optional<torch::autograd::DetectAnomalyGuard> anomaly;
     if (options_.detect_anomaly) anomaly.emplace();
+    datamodule_ = datamodule;
     setup(module, "fit");
+    if (datamodule) {
+      prepare_once(*datamodule, "fit");
+      dm_train = datamodule->train_dataloader();
+      VOLT_CHECK(dm_train != nullptr, ConfigError, "the data module's train_dataloader() returned no loader");
+      train_loader = dm_train.get();
+      dm_vals = datamodule->val_dataloader();
+      val_loaders = loader_ptrs(dm_vals);
+    }
+    checkpoint_connector_.set_datamodule(datamodule);
     metrics_.reset_epoch(Metrics::Loop::Train);
     metrics_.reset_epoch(Metrics::Loop::Eval);
-    strategy_->setup_dataloader(train_loader);
-    if (val_loader) strategy_->setup_dataloader(*val_loader);
+    data_connector_.attach(*train_loader);
+    for (DataLoader* v : val_loaders) data_connector_.attach(*v);
     if (!resume_from.empty()) checkpoint_connector_.restore(module, resume_from);
-    fit_loop_.setup_data(train_loader);
+    fit_loop_.setup_data(*train_loader);
     const BatchLimit& vci = options_.val_check_interval;
-    VOLT_CHECK(!val_loader || vci.is_fraction || static_cast<int64_t>(vci.value) <= fit_loop_.num_training_batches(),
-               ConfigError, "config key 'trainer.val_check_interval': ", static_cast<int64_t>(vci.value),
-               " must be <= the number of training batches (", fit_loop_.num_training_batches(),
-               "); to validate less often use check_val_every_n_epoch, to skip validation limit_val_batches: 0");
+    VOLT_CHECK(
+        val_loaders.empty() || vci.is_fraction || static_cast<int64_t>(vci.value) <= fit_loop_.num_training_batches(),
+        ConfigError, "config key 'trainer.val_check_interval': ", static_cast<int64_t>(vci.value),
+        " must be <= the number of training batches (", fit_loop_.num_training_batches(),
+        "); to validate less often use check_val_every_n_epoch, to skip validation limit_val_batches: 0");
     hooks_.on_fit_start(module);
-    if (val_loader && options_.num_sanity_val_steps != 0 && resume_from.empty()) {
-      const int64_t avail = options_.limit_val_batches.apply(val_loader->num_batches());
-      const int64_t n = options_.num_sanity_val_steps < 0 ? avail : std::min(avail, options_.num_sanity_val_steps);
-      evaluation_loop_.run(module, *val_loader, RunningStage::Sanity, n, fit_loop_.progress());
+    if (!val_loaders.empty() && options_.num_sanity_val_steps != 0 && resume_from.empty()) {
+      evaluation_loop_.run(
+          module, val_loaders, RunningStage::Sanity,
+          [&](const DataLoader& l) {
+            const int64_t avail = count_batches(options_.limit_val_batches, l, "trainer.limit_val_batches");
+            return options_.num_sanity_val_steps < 0 ? avail : std::min(avail, options_.num_sanity_val_steps);
+          },
+          fit_loop_.progress());
     }
-    fit_loop_.run(module, train_loader, val_loader);
+    fit_loop_.run(module, *train_loader, val_loaders);
     hooks_.on_fit_end(module);
+    if (datamodule) datamodule->teardown("fit");
     finish(module, "fit");
+    checkpoint_connector_.set_datamodule(nullptr);
   } catch (const std::exception& e) {
+    checkpoint_connector_.set_datamodule(nullptr);
     strategy_->on_exception(e);
     hooks_.on_exception(module, e);
     try {
@@ -192,25 +245,82 @@ std::string Trainer::save_and_requeue(LightningModule& module) {
 
 std::map<std::string, double> Trainer::validate(LightningModule& module, DataLoader& loader,
                                                 const std::string& ckpt_path) {
-  setup(module, "validate");
-  strategy_->setup_dataloader(loader);
-  if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path);
-  metrics_.reset_epoch(Metrics::Loop::Eval);
-  evaluation_loop_.run(module, loader, RunningStage::Validate, options_.limit_val_batches.apply(loader.num_batches()),
-                       fit_loop_.progress());
-  finish(module, "validate");
-  return metrics_.callback_metrics();
+  return run_evaluation(module, nullptr, {&loader}, RunningStage::Validate, ckpt_path);
+}
+
+std::map<std::string, double> Trainer::validate(LightningModule& module, LightningDataModule& datamodule,
+                                                const std::string& ckpt_path) {
+  return run_evaluation(module, &datamodule, {}, RunningStage::Validate, ckpt_path);
 }
 
 std::map<std::string, double> Trainer::test(LightningModule& module, DataLoader& loader, const std::string& ckpt_path) {
-  setup(module, "test");
-  strategy_->setup_dataloader(loader);
+  return run_evaluation(module, nullptr, {&loader}, RunningStage::Test, ckpt_path);
+}
+
+std::map<std::string, double> Trainer::test(LightningModule& module, LightningDataModule& datamodule,
+                                            const std::string& ckpt_path) {
+  return run_evaluation(module, &datamodule, {}, RunningStage::Test, ckpt_path);
+}
+
+std::map<std::string, double> Trainer::run_evaluation(LightningModule& module, LightningDataModule* datamodule,
+                                                      std::vector<DataLoader*> loaders, RunningStage stage,
+                                                      const std::string& ckpt_path) {
+  const bool val = stage == RunningStage::Validate;
+  const std::string name = val ? "validate" : "test";
+  datamodule_ = datamodule;
+  setup(module, name);
+  DataLoaders held;  // the data module's loaders live through the call
+  if (datamodule) {
+    prepare_once(*datamodule, name);
+    held = val ? datamodule->val_dataloader() : datamodule->test_dataloader();
+    VOLT_CHECK(!held.empty(), ConfigError, name, ": the data module's ", val ? "val" : "test",
+               "_dataloader() returned no loader");
+    loaders = loader_ptrs(held);
+  }
+  for (DataLoader* l : loaders) data_connector_.attach(*l);
   if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path);
   metrics_.reset_epoch(Metrics::Loop::Eval);
-  evaluation_loop_.run(module, loader, RunningStage::Test, options_.limit_test_batches.apply(loader.num_batches()),
-                       fit_loop_.progress());
-  finish(module, "test");
+  const BatchLimit& limit = val ? options_.limit_val_batches : options_.limit_test_batches;
+  const std::string key = val ? "trainer.limit_val_batches" : "trainer.limit_test_batches";
+  evaluation_loop_.run(
+      module, loaders, stage, [&](const DataLoader& l) { return count_batches(limit, l, key); }, fit_loop_.progress());
+  if (datamodule) datamodule->teardown(name);
+  finish(module, name);
   return metrics_.callback_metrics();
+}
+
+std::vector<Batch> Trainer::predict(LightningModule& module, DataLoader& loader, const std::string& ckpt_path,
+                                    bool return_predictions) {
+  return run_predict(module, nullptr, {&loader}, ckpt_path, return_predictions);
+}
+
+std::vector<Batch> Trainer::predict(LightningModule& module, LightningDataModule& datamodule,
+                                    const std::string& ckpt_path, bool return_predictions) {
+  return run_predict(module, &datamodule, {}, ckpt_path, return_predictions);
+}
+
+std::vector<Batch> Trainer::run_predict(LightningModule& module, LightningDataModule* datamodule,
+                                        std::vector<DataLoader*> loaders, const std::string& ckpt_path, bool keep) {
+  datamodule_ = datamodule;
+  setup(module, "predict");
+  DataLoaders held;
+  if (datamodule) {
+    prepare_once(*datamodule, "predict");
+    held = datamodule->predict_dataloader();
+    VOLT_CHECK(!held.empty(), ConfigError, "predict: the data module's predict_dataloader() returned no loader");
+    loaders = loader_ptrs(held);
+  }
+  for (DataLoader* l : loaders) data_connector_.attach(*l, /*pad=*/false);  // [Note: every sample once]
+  if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path);
+  auto outputs = predict_loop_.run(
+      module, loaders,
+      [&](const DataLoader& l) {
+        return count_batches(options_.limit_predict_batches, l, "trainer.limit_predict_batches");
+      },
+      keep);
+  if (datamodule) datamodule->teardown("predict");
+  finish(module, "predict");
+  return outputs;
 }
 
 }  // namespace volt

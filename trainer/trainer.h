@@ -13,15 +13,18 @@
 #include <vector>
 
 #include "volt/callbacks/callback.h"
+#include "volt/data/data_module.h"
 #include "volt/loggers/csv_logger.h"
 #include "volt/module/data.h"
 #include "volt/module/lightning_module.h"
 #include "volt/strategies/strategy.h"
 #include "volt/trainer/checkpoint_connector.h"
+#include "volt/trainer/data_connector.h"
 #include "volt/trainer/evaluation_loop.h"
 #include "volt/trainer/fit_loop.h"
 #include "volt/trainer/hook_dispatcher.h"
 #include "volt/trainer/metrics.h"
+#include "volt/trainer/predict_loop.h"
 #include "volt/trainer/trainer_options.h"
 #include "volt/trainer/trainer_state.h"
 
@@ -39,14 +42,39 @@ class Trainer : public LogSink {
   Trainer& operator=(const Trainer&) = delete;
 
   /// Trains `module`; resumes from `ckpt_path` (a checkpoint file, or "last") when given. Each of
-  /// fit / validate / test ends with Strategy::finalize(), which throws DistributedError on every
-  /// rank if a rank this process launched has failed.
+  /// fit / validate / test / predict ends with Strategy::finalize(), which throws DistributedError
+  /// on every rank if a rank this process launched has failed.
   void fit(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader = nullptr,
            const std::string& ckpt_path = "");
-  /// Runs one validation epoch; returns the epoch-level metrics.
+  /// fit with several validation loaders (validation_step gets dataloader_idx).
+  void fit(LightningModule& module, DataLoader& train_loader, const DataLoaders& val_loaders,
+           const std::string& ckpt_path = "");
+  /// fit with the data module's loaders (prepare_data, setup("fit"), train and val dataloaders);
+  /// the data module's state is saved in checkpoints.
+  void fit(LightningModule& module, LightningDataModule& datamodule, const std::string& ckpt_path = "");
+
+  /// Runs one validation epoch; returns the epoch-level metrics. `ckpt_path` (a volt checkpoint
+  /// or "last") gives the weights to evaluate.
   std::map<std::string, double> validate(LightningModule& module, DataLoader& loader,
                                          const std::string& ckpt_path = "");
+  std::map<std::string, double> validate(LightningModule& module, LightningDataModule& datamodule,
+                                         const std::string& ckpt_path = "");
   std::map<std::string, double> test(LightningModule& module, DataLoader& loader, const std::string& ckpt_path = "");
+  std::map<std::string, double> test(LightningModule& module, LightningDataModule& datamodule,
+                                     const std::string& ckpt_path = "");
+
+  /// Runs predict_step over the loader(s), each sample once across ranks; returns this rank's
+  /// outputs in batch order (empty with return_predictions false: with a PredictionWriter, say).
+  std::vector<Batch> predict(LightningModule& module, DataLoader& loader, const std::string& ckpt_path = "",
+                             bool return_predictions = true);
+  std::vector<Batch> predict(LightningModule& module, LightningDataModule& datamodule,
+                             const std::string& ckpt_path = "", bool return_predictions = true);
+
+  /// Runs `datamodule`'s prepare_data (global rank 0, the others waiting) and setup(stage) now,
+  /// starting the strategy's processes if need be, for callers that need the data before the
+  /// model exists (the CLI's links, e.g. a vocabulary size). The next fit / validate / test /
+  /// predict with that data module and stage does not run them again. Collective.
+  void prepare_data(LightningDataModule& datamodule, const std::string& stage);
 
   /// Writes a checkpoint of the current state (every rank must call it).
   void save_checkpoint(const std::string& path, bool weights_only = false);
@@ -88,6 +116,13 @@ class Trainer : public LogSink {
   void finish(LightningModule& module, const std::string& stage);
   /// SLURM auto-requeue at the end of a step: hpc_ckpt_<N>.ckpt, then `scontrol requeue` on rank 0.
   std::string save_and_requeue(LightningModule& module);
+  void run_fit(LightningModule& module, LightningDataModule* datamodule, DataLoader* train_loader,
+               std::vector<DataLoader*> val_loaders, const std::string& ckpt_path);
+  std::map<std::string, double> run_evaluation(LightningModule& module, LightningDataModule* datamodule,
+                                               std::vector<DataLoader*> loaders, RunningStage stage,
+                                               const std::string& ckpt_path);
+  std::vector<Batch> run_predict(LightningModule& module, LightningDataModule* datamodule,
+                                 std::vector<DataLoader*> loaders, const std::string& ckpt_path, bool keep);
 
   // Declaration order is construction order: the parts borrow the members above them.
   TrainerOptions options_;
@@ -96,14 +131,22 @@ class Trainer : public LogSink {
   std::unique_ptr<CSVLogger> logger_;
   YAML::Node config_;
   LightningModule* module_ = nullptr;
+  LightningDataModule* datamodule_ = nullptr;  // the running call's (borrowed; nullptr without one)
+  LightningDataModule* prepared_ = nullptr;    // prepared by prepare_data() for `prepared_stage_`
+  std::string prepared_stage_;
+  /// DataConnector::prepare unless prepare_data() already did it for this data module and stage.
+  void prepare_once(LightningDataModule& datamodule, const std::string& stage);
   OptimizerConfig opt_config_;
   bool module_ready_ = false;
   RunningStage stage_ = RunningStage::None;
 
   HookDispatcher hooks_{*this, callbacks_};
   Metrics metrics_{*strategy_};
-  EvaluationLoop evaluation_loop_{*strategy_, hooks_, metrics_, stage_};
-  FitLoop fit_loop_{options_, *strategy_, hooks_, metrics_, evaluation_loop_, opt_config_, stage_, should_stop};
+  DataConnector data_connector_{*strategy_};
+  EvaluationLoop evaluation_loop_{*strategy_, hooks_, metrics_, data_connector_, stage_};
+  PredictLoop predict_loop_{*strategy_, hooks_, stage_};
+  FitLoop fit_loop_{options_,        *strategy_,  hooks_, metrics_,   evaluation_loop_,
+                    data_connector_, opt_config_, stage_, should_stop};
   CheckpointConnector checkpoint_connector_{*this,  options_,  *strategy_,  callbacks_,
                                             hooks_, fit_loop_, opt_config_, config_};
 };

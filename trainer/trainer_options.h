@@ -22,6 +22,7 @@ struct TrainerOptions {
   BatchLimit limit_train_batches;
   BatchLimit limit_val_batches;
   BatchLimit limit_test_batches;
+  BatchLimit limit_predict_batches;
   BatchLimit val_check_interval;
   int64_t check_val_every_n_epoch = 1;
   int64_t num_sanity_val_steps = 2;
@@ -47,13 +48,14 @@ struct TrainerOptions {
     v("accelerator", accelerator)("devices", devices)("num_nodes", num_nodes)("strategy", strategy)(
         "precision", precision)("max_epochs", max_epochs)("max_steps", max_steps)(
         "limit_train_batches", limit_train_batches)("limit_val_batches", limit_val_batches)(
-        "limit_test_batches", limit_test_batches)("val_check_interval", val_check_interval)(
-        "check_val_every_n_epoch", check_val_every_n_epoch)("num_sanity_val_steps", num_sanity_val_steps)(
-        "accumulate_grad_batches", accumulate_grad_batches)("gradient_clip_val", gradient_clip_val)(
-        "gradient_clip_algorithm", gradient_clip_algorithm)("log_every_n_steps", log_every_n_steps)(
-        "default_root_dir", default_root_dir)("enable_checkpointing", enable_checkpointing)(
-        "enable_progress_bar", enable_progress_bar)("enable_model_summary", enable_model_summary)("logger", logger)(
-        "seed", seed)("deterministic", deterministic)("detect_anomaly", detect_anomaly)("slurm", slurm);
+        "limit_test_batches", limit_test_batches)("limit_predict_batches", limit_predict_batches)(
+        "val_check_interval", val_check_interval)("check_val_every_n_epoch", check_val_every_n_epoch)(
+        "num_sanity_val_steps", num_sanity_val_steps)("accumulate_grad_batches", accumulate_grad_batches)(
+        "gradient_clip_val", gradient_clip_val)("gradient_clip_algorithm", gradient_clip_algorithm)(
+        "log_every_n_steps", log_every_n_steps)("default_root_dir", default_root_dir)(
+        "enable_checkpointing", enable_checkpointing)("enable_progress_bar", enable_progress_bar)(
+        "enable_model_summary", enable_model_summary)("logger", logger)("seed", seed)("deterministic", deterministic)(
+        "detect_anomaly", detect_anomaly)("slurm", slurm);
   }
   /// Checks every value and normalizes names; throws ConfigError naming the key.
   void validate();

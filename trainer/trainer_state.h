@@ -7,7 +7,7 @@
 namespace volt {
 
 /// Lightning's RunningStage (Sanity: the validation steps run before training starts).
-enum class RunningStage { None, Sanity, Train, Validate, Test };
+enum class RunningStage { None, Sanity, Train, Validate, Test, Predict };
 
 /// Fit's position: the FitLoop advances it, checkpoints save it (meta["loops"]), and metric rows
 /// are stamped with it.
@@ -15,6 +15,7 @@ struct FitProgress {
   int64_t epoch = 0;
   int64_t global_step = 0;     // optimizer steps taken
   int64_t batch_in_epoch = 0;  // batches finished in the current epoch (for mid-epoch resume)
+  bool epoch_done = false;     // the current epoch's batches ran out (its length known only then)
 };
 
 }  // namespace volt

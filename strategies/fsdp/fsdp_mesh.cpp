@@ -28,6 +28,9 @@ FSDPMesh::FSDPMesh(const FSDPOptions& options, int64_t devices, int64_t num_node
 }
 
 void FSDPMesh::connect(ProcessGroup& world) {
+  // Once per world: setup_environment runs again for each fit / validate / predict (and early for
+  // Trainer::prepare_data), and a sub-group's rendezvous keys in the store are used only once.
+  if (world_ == &world) return;
   world_ = &world;
   const int64_t r = world.rank(), n = world.size();
   if (shard_size_ > 1 && shard_size_ < n) {

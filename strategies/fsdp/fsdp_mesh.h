@@ -21,7 +21,8 @@ class FSDPMesh {
   FSDPMesh(const FSDPOptions& options, int64_t devices, int64_t num_nodes);
   int64_t shard_size() const { return shard_size_; }
   int64_t replicate_size() const { return replicate_size_; }
-  /// Creates the subgroups this rank belongs to (collective over `world`, which must outlive this).
+  /// Creates the subgroups this rank belongs to (collective over `world`, which must outlive this);
+  /// later calls with the same world do nothing.
   void connect(ProcessGroup& world);
   /// The group that shards parameters; null when the shard size is 1.
   ProcessGroup* shard_group() const;

@@ -190,12 +190,20 @@ torch::Tensor FSDPStrategy::training_step(LightningModule& module, const Batch& 
   return Strategy::training_step(module, batch, batch_idx);
 }
 
-void FSDPStrategy::validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
-  schedule_->with_root_gathered([&] { Strategy::validation_step(module, batch, batch_idx); });
+void FSDPStrategy::validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx,
+                                   int64_t dataloader_idx) {
+  schedule_->with_root_gathered([&] { Strategy::validation_step(module, batch, batch_idx, dataloader_idx); });
 }
 
-void FSDPStrategy::test_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
-  schedule_->with_root_gathered([&] { Strategy::test_step(module, batch, batch_idx); });
+void FSDPStrategy::test_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
+  schedule_->with_root_gathered([&] { Strategy::test_step(module, batch, batch_idx, dataloader_idx); });
+}
+
+Batch FSDPStrategy::predict_step(LightningModule& module, const Batch& batch, int64_t batch_idx,
+                                 int64_t dataloader_idx) {
+  Batch out;
+  schedule_->with_root_gathered([&] { out = Strategy::predict_step(module, batch, batch_idx, dataloader_idx); });
+  return out;
 }
 
 void FSDPStrategy::run_backward(LightningModule&, const torch::Tensor& loss, bool sync_gradients) {

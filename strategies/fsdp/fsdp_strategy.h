@@ -53,8 +53,9 @@ class FSDPStrategy : public ParallelStrategy {
   std::string describe_module(LightningModule& module) override;
 
   torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
-  void validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
-  void test_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
+  void validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) override;
+  void test_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) override;
+  Batch predict_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) override;
   void zero_grad(torch::optim::Optimizer& optimizer) override;
 
   std::map<std::string, torch::Tensor> model_state_dict(LightningModule& module) override;

@@ -167,7 +167,12 @@ TEST_CASE("volt fit on the tiny config trains, logs as Lightning and validates f
     }
     CHECK(cfg["trainer"]["max_steps"].as<int64_t>() == 20);
     CHECK(cfg["trainer"]["default_root_dir"].as<std::string>() == root);
-    CHECK(cfg["data"]["data_dir"].as<std::string>() == kDataDir);
+    CHECK(cfg["model"]["class_path"].as<std::string>() == "LanguageModel");
+    CHECK(cfg["data"]["class_path"].as<std::string>() == "WikiText2Data");
+    CHECK(cfg["data"]["init_args"]["data_dir"].as<std::string>() == kDataDir);
+    // model.vocab_size 0 was linked to the data's vocabulary: the saved config shows the size used.
+    CHECK(cfg["model"]["init_args"]["vocab_size"].as<int64_t>() ==
+          YAML::LoadFile(version + "/hparams.yaml")["vocab_size"].as<int64_t>());
     CHECK(cfg["seed_everything"].as<int64_t>() == 42);
     const YAML::Node hp = YAML::LoadFile(version + "/hparams.yaml");
     CHECK(hp["ninp"].as<int64_t>() == 32);
@@ -232,8 +237,12 @@ TEST_CASE("volt fit --print_config prints YAML that parses back and does not tra
   CHECK(cfg["trainer"]["max_steps"].as<int64_t>() == 7);
   CHECK(cfg["trainer"]["log_every_n_steps"].as<int64_t>() == 5);                 // from tiny.yaml
   CHECK(cfg["trainer"]["gradient_clip_algorithm"].as<std::string>() == "norm");  // a default filled in
-  CHECK(cfg["model"]["nhid"].as<int64_t>() == 48);
-  CHECK(cfg["data"]["block_size"].as<int64_t>() == 16);
+  CHECK(cfg["model"]["class_path"].as<std::string>() == "LanguageModel");
+  CHECK(cfg["model"]["init_args"]["nhid"].as<int64_t>() == 48);
+  CHECK(cfg["model"]["init_args"]["vocab_size"].as<int64_t>() == 0);  // the data's, once it is loaded
+  CHECK(cfg["data"]["class_path"].as<std::string>() == "WikiText2Data");
+  CHECK(cfg["data"]["init_args"]["block_size"].as<int64_t>() == 16);
+  CHECK(cfg["trainer"]["callbacks"].IsSequence());
   CHECK(cfg["seed_everything"].as<int64_t>() == 42);
   CHECK_FALSE(fs::exists(root + "/lightning_logs"));
   CHECK_FALSE(fs::exists(root + "/checkpoints"));

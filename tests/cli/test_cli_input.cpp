@@ -14,6 +14,7 @@
 #include "boring_model.h"
 #include "volt/checkpoint/checkpoint.h"
 #include "volt/checkpoint/state_io.h"
+#include "volt/checkpoint/weights.h"
 #include "volt/strategies/strategy.h"
 
 using namespace volt;
@@ -118,9 +119,9 @@ TEST_CASE("Several --config files merge in order, key by key, as LightningCLI's"
   const YAML::Node cfg = YAML::Load(r.output.substr(0, r.output.rfind('\n')));
   CHECK(cfg["trainer"]["max_steps"].as<int64_t>() == 7);  // the later file wins
   CHECK(cfg["trainer"]["strategy"]["name"].as<std::string>() == "ddp");
-  CHECK(cfg["model"]["ninp"].as<int64_t>() == 32);
-  CHECK(cfg["model"]["nhead"].as<int64_t>() == tiny["model"]["nhead"].as<int64_t>());  // kept from the first
-  CHECK(cfg["data"]["batch_size"].as<int64_t>() == tiny["data"]["batch_size"].as<int64_t>());
+  CHECK(cfg["model"]["init_args"]["ninp"].as<int64_t>() == 32);
+  CHECK(cfg["model"]["init_args"]["nhead"].as<int64_t>() == tiny["model"]["nhead"].as<int64_t>());  // from the first
+  CHECK(cfg["data"]["init_args"]["batch_size"].as<int64_t>() == tiny["data"]["batch_size"].as<int64_t>());
 }
 
 TEST_CASE("volt consolidate never overwrites a file unasked, nor writes into its own input", "[cli][consolidate]") {
@@ -145,4 +146,27 @@ TEST_CASE("volt consolidate never overwrites a file unasked, nor writes into its
   INFO(r.output);
   CHECK(r.code == 0);
   CHECK(load_checkpoint_file(out).state_dict.size() == 6);
+}
+
+TEST_CASE("volt consolidate --format safetensors writes the model's weights, loadable by load_weights",
+          "[cli][consolidate]") {
+  const std::string dir = temp_dir("cli-consolidate-st");
+  const std::string src = dir + "/sharded";
+  BoringModel m;
+  {
+    SingleDeviceStrategy s(Precision("32-true", "cpu"), "cpu");
+    save_state(s.state_layout(m, nullptr), CheckpointHeader{}, src, CheckpointFormat::Sharded, s.state_comm());
+  }
+  Run r = volt_cli({"consolidate", src, "--format", "parquet"}, dir);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.output, Contains("'parquet'") && Contains("safetensors"));
+  r = volt_cli({"consolidate", src, "--format=safetensors"}, dir);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  BoringModel fresh;
+  torch::manual_seed(99);
+  for (auto& p : fresh.parameters()) p.detach().uniform_();
+  const auto report = load_weights(fresh, src + ".safetensors");
+  CHECK(report.format == "safetensors");
+  for (size_t i = 0; i < m.parameters().size(); ++i) CHECK(torch::equal(m.parameters()[i], fresh.parameters()[i]));
 }

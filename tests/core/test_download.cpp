@@ -98,6 +98,8 @@ TEST_CASE("WikiText2Data fetches missing files from a file:// url and loads them
   o.batch_size = 2;
   o.shuffle = false;
   demos::WikiText2Data data(o);
+  data.prepare_data();  // fetches the missing files
+  data.setup("fit");
   CHECK(fs::exists(dir + "/data/valid.txt"));
   CHECK(fs::exists(dir + "/data/test.txt"));
   CHECK(read_text(dir + "/data/valid.txt") == read_text(src + "/valid.txt"));
@@ -124,6 +126,7 @@ TEST_CASE("WikiText2Data fetches missing files from a file:// url and loads them
   fs::remove(dir + "/data/test.txt");
   o.url = "file://" + src + "/";
   demos::WikiText2Data partial(o);
+  partial.prepare_data();
   CHECK(read_text(dir + "/data/test.txt") == read_text(src + "/test.txt"));
 }
 
@@ -131,7 +134,11 @@ TEST_CASE("WikiText2Data: a missing file without url says where to get it", "[do
   const std::string dir = temp_dir("download-none") + "/empty";
   demos::WikiText2DataOptions o;
   o.data_dir = dir;
-  const std::string msg = data_error([&] { demos::WikiText2Data data(o); });
+  const std::string msg = data_error([&] {
+    demos::WikiText2Data data(o);
+    data.prepare_data();
+    data.setup("fit");
+  });
   CHECK_THAT(msg, Contains(dir + "/valid.txt"));
   CHECK_THAT(msg, Contains(demos::WikiText2::download_url("valid.txt")));
   CHECK_THAT(msg, Contains("data.url"));
@@ -142,7 +149,7 @@ TEST_CASE("WikiText2Data: a bad file:// url is a DataError naming the URL", "[do
   demos::WikiText2DataOptions o;
   o.data_dir = dir + "/data";
   o.url = "file://" + dir + "/no-such-mirror";
-  const std::string msg = data_error([&] { demos::WikiText2Data data(o); });
+  const std::string msg = data_error([&] { demos::WikiText2Data(o).prepare_data(); });
   // Built without libcurl the message names the URL too (and says why it cannot fetch).
   CHECK_THAT(msg, Contains(o.url + "/valid.txt"));
   CHECK_FALSE(fs::exists(dir + "/data/valid.txt"));

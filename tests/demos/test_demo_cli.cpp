@@ -52,7 +52,7 @@ int64_t fit_with_vocab(const std::string& dir, const std::string& model_vocab) {
   REQUIRE(demos::run_cli(fit_command(dir, model_vocab)) == 0);
   const std::string version = dir + "/lightning_logs/version_0";
   // The saved config shows the size used, as the model's hyperparameters do.
-  CHECK(YAML::LoadFile(version + "/config.yaml")["model"]["vocab_size"].as<int64_t>() ==
+  CHECK(YAML::LoadFile(version + "/config.yaml")["model"]["init_args"]["vocab_size"].as<int64_t>() ==
         YAML::LoadFile(version + "/hparams.yaml")["vocab_size"].as<int64_t>());
   return YAML::LoadFile(version + "/hparams.yaml")["vocab_size"].as<int64_t>();
 }

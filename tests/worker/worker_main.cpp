@@ -19,6 +19,7 @@
 #include "boring_model.h"
 #include "distributed/process_group_scenario.h"
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/callbacks/prediction_writer.h"
 #include "volt/core/options.h"
 #include "volt/strategies/fsdp/fsdp_strategy.h"
 #include "volt/trainer/trainer.h"
@@ -47,6 +48,9 @@ struct WorkerConfig {
   int64_t checkpoint_every_n_train_steps = 0;  // > 0: a ModelCheckpoint saving every N steps and last.ckpt
   std::string ckpt_path;                       // resume from it
   int64_t fsize_limit = 0;                     // > 0: RLIMIT_FSIZE, as a disk that fills up
+  bool iterable = false;    // train on the samples as an IterableDataset split by rank (shards may differ by one)
+  std::string predict_dir;  // non-empty: after fit, predict predict_samples samples, written there per rank
+  int64_t predict_samples = 37;
   template <class V>
   void visit(V& v) {
     v("trainer", trainer)("samples", samples)("batch_size", batch_size)("shuffle", shuffle)("blocks", blocks)(
@@ -54,7 +58,8 @@ struct WorkerConfig {
         "fault_step", fault_step)("fault_kind", fault_kind)("rank_metric", rank_metric)(
         "checkpoint_monitor", checkpoint_monitor)("checkpoint_top_k", checkpoint_top_k)(
         "checkpoint_filename", checkpoint_filename)("checkpoint_every_n_train_steps", checkpoint_every_n_train_steps)(
-        "ckpt_path", ckpt_path)("fsize_limit", fsize_limit);
+        "ckpt_path", ckpt_path)("fsize_limit", fsize_limit)("iterable", iterable)("predict_dir", predict_dir)(
+        "predict_samples", predict_samples);
   }
 };
 
@@ -70,9 +75,27 @@ class WorkerModel : public testing::BoringModel {
     const double v = kRankScript[trainer()->current_epoch() % 5];
     log("val_rank", trainer()->global_rank() == 0 ? v : 1.0 - v);
   }
+  Batch predict_step(const Batch& b, int64_t) override { return {forward(b[0])}; }
 
  private:
   bool rank_metric_;
+};
+
+/// The RandomDataset's samples as a stream, split contiguously by shard; no length.
+class RandomStream : public IterableDataset {
+ public:
+  explicit RandomStream(int64_t n) : data_(n), n_(n) {}
+  std::unique_ptr<SampleStream> stream(const ShardInfo& shard) const override {
+    auto [first, last] = shard.range(n_);
+    return SampleStream::from([this, k = first, last = last]() mutable -> std::optional<Batch> {
+      if (k >= last) return std::nullopt;
+      return data_.get(k++);
+    });
+  }
+
+ private:
+  testing::RandomDataset data_;
+  int64_t n_;
 };
 
 class FaultCallback : public Callback {
@@ -171,8 +194,10 @@ int main(int argc, char** argv) {
     bo.adam = cfg.adam;
     bo.dropout = cfg.dropout;
     WorkerModel model(bo, cfg.rank_metric);
-    DataLoader loader(std::make_shared<testing::RandomDataset>(cfg.samples),
-                      DataLoaderOptions{cfg.batch_size, cfg.shuffle, false, 3});
+    DataLoader loader = cfg.iterable ? DataLoader(std::make_shared<RandomStream>(cfg.samples),
+                                                  DataLoaderOptions{cfg.batch_size, false, false, 3})
+                                     : DataLoader(std::make_shared<testing::RandomDataset>(cfg.samples),
+                                                  DataLoaderOptions{cfg.batch_size, cfg.shuffle, false, 3});
     DataLoader val(std::make_shared<testing::RandomDataset>(cfg.samples / 2, 32, 99),
                    DataLoaderOptions{cfg.batch_size, false, false, 0});
     auto recorder = std::make_shared<LossRecorder>();
@@ -193,8 +218,19 @@ int main(int argc, char** argv) {
       mo.save_last = true;
       cbs.push_back(std::make_shared<ModelCheckpoint>(mo));
     }
+    if (!cfg.predict_dir.empty()) {
+      PredictionWriterOptions wo;
+      wo.output_dir = cfg.predict_dir;
+      wo.write_interval = "epoch";
+      cbs.push_back(std::make_shared<PredictionWriter>(wo));
+    }
     Trainer trainer(cfg.trainer, cbs);
     trainer.fit(model, loader, &val, cfg.ckpt_path);
+    if (!cfg.predict_dir.empty()) {
+      DataLoader pl(std::make_shared<testing::RandomDataset>(cfg.predict_samples, 32, 5),
+                    DataLoaderOptions{cfg.batch_size, false, false, 0});
+      trainer.predict(model, pl, "", /*return_predictions=*/false);
+    }
     auto state = trainer.strategy().model_state_dict(model);
     if (trainer.is_global_zero() && !cfg.out.empty()) {
       c10::Dict<std::string, at::Tensor> sd;

@@ -1,0 +1,76 @@
+#include "volt/callbacks/prediction_writer.h"
+
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "volt/checkpoint/tensor_archive.h"
+#include "volt/core/errors.h"
+#include "volt/trainer/trainer.h"
+
+namespace volt {
+
+namespace {
+
+/// The batch's tensors as (key, tensor) pairs: "<i>" positional, "<name>" named, "<child>.<name>" nested.
+void flatten(const Batch& b, const std::string& prefix, std::vector<std::pair<std::string, torch::Tensor>>& out) {
+  for (size_t i = 0; i < b.size(); ++i) out.emplace_back(prefix + std::to_string(i), b[i]);
+  for (const auto& name : b.names()) {
+    if (b.is_child(name))
+      flatten(b.child(name), prefix + name + ".", out);
+    else
+      out.emplace_back(prefix + name, b.at(name));
+  }
+}
+
+/// Writes the entries as a dict of CPU tensors (torch.load reads it) atomically.
+void write_dict(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& entries) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [k, t] : entries)
+    if (t.defined()) dict.insert(k, t.detach().to(torch::kCPU).contiguous());
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  VOLT_CHECK(!ec, CheckpointError, "PredictionWriter: cannot create the folder of '", path, "': ", ec.message());
+  detail::atomic_write(path, bytes.data(), bytes.size());
+}
+
+torch::Tensor index_tensor(const std::vector<int64_t>& v) {
+  return torch::tensor(v.empty() ? std::vector<int64_t>{} : v, torch::kLong);
+}
+
+}  // namespace
+
+void PredictionWriterOptions::validate() { write_interval.validate("write_interval"); }
+
+PredictionWriter::PredictionWriter(PredictionWriterOptions options) : options_(std::move(options)) {
+  options_.validate();
+}
+
+void PredictionWriter::on_predict_start(Trainer& trainer, LightningModule&) {
+  dir_ = options_.output_dir.empty() ? trainer.options().default_root_dir + "/predictions" : options_.output_dir;
+  epoch_.clear();
+}
+
+void PredictionWriter::on_predict_batch_end(Trainer& trainer, LightningModule&, const Batch& outputs, const Batch&,
+                                            const std::vector<int64_t>& sample_indices, int64_t batch_idx,
+                                            int64_t dataloader_idx) {
+  const WriteInterval w = options_.write_interval.value();
+  const std::string where = "dataloader_" + std::to_string(dataloader_idx) + "/batch_" + std::to_string(batch_idx);
+  std::vector<std::pair<std::string, torch::Tensor>> entries;
+  flatten(outputs, "", entries);
+  if (!sample_indices.empty()) entries.emplace_back("sample_indices", index_tensor(sample_indices));
+  if (w != WriteInterval::Epoch)
+    write_dict(dir_ + "/rank_" + std::to_string(trainer.global_rank()) + "/" + where + ".pt", entries);
+  if (w != WriteInterval::Batch)
+    for (auto& [k, t] : entries) epoch_.emplace_back(where + "/" + k, t.detach().to(torch::kCPU));
+}
+
+void PredictionWriter::on_predict_epoch_end(Trainer& trainer, LightningModule&) {
+  if (options_.write_interval.value() == WriteInterval::Batch) return;
+  write_dict(dir_ + "/rank_" + std::to_string(trainer.global_rank()) + ".pt", epoch_);
+  epoch_.clear();
+}
+
+}  // namespace volt

@@ -1,0 +1,100 @@
+#include "volt/cli/config_files.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "volt/cli/cli.h"
+#include "volt/core/errors.h"
+#include "volt/core/options.h"
+
+namespace volt {
+
+namespace detail {
+
+namespace {
+
+/// The text of a config file, with errors that say what is wrong with the path.
+std::string read_config_text(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  VOLT_CHECK(st.type() != fs::file_type::not_found, ConfigError, "config file '", path, "' does not exist");
+  VOLT_CHECK(!ec, ConfigError, "config file '", path, "': ", ec.message());
+  VOLT_CHECK(st.type() != fs::file_type::directory, ConfigError, "config file '", path,
+             "' is a folder; --config takes a YAML file");
+  std::ifstream in(path, std::ios::binary);
+  VOLT_CHECK(in.good(), ConfigError, "config file '", path, "' cannot be read: ", std::strerror(errno));
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+/// Throws for a key given twice in one map (YAML forbids it; yaml-cpp would keep the first silently).
+void check_unique_keys(const YAML::Node& n, const std::string& where, const std::string& prefix) {
+  if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& kv : n) {
+      const std::string key = kv.first.Scalar();
+      const std::string full = prefix.empty() ? key : prefix + "." + key;
+      VOLT_CHECK(seen.insert(key).second, ConfigError, "config file '", where, "': key '", full,
+                 "' is given twice (line ", kv.first.Mark().line + 1, ")");
+      check_unique_keys(kv.second, where, full);
+    }
+  } else if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i) check_unique_keys(n[i], where, prefix + "[" + std::to_string(i) + "]");
+  }
+}
+
+}  // namespace
+
+YAML::Node read_config_file(const std::string& path) {
+  YAML::Node file;
+  try {
+    file = YAML::Load(read_config_text(path));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(str_cat("config file '", path, "': ", e.what()));
+  }
+  if (file.IsNull()) return file;
+  VOLT_CHECK(file.IsMap(), ConfigError, "config file '", path, "': the top level must be a map");
+  check_unique_keys(file, path, "");
+  return file;
+}
+
+void merge_yaml(YAML::Node base, const YAML::Node& over) {
+  for (const auto& kv : over) {
+    const std::string key = kv.first.Scalar();
+    if (kv.second.IsMap() && base[key] && base[key].IsMap())
+      merge_yaml(base[key], kv.second);
+    else
+      base[key] = YAML::Clone(kv.second);
+  }
+}
+
+}  // namespace detail
+
+namespace cli {
+
+YAML::Node load_configs(const std::vector<std::string>& paths, const std::vector<std::string>& overrides) {
+  YAML::Node root(YAML::NodeType::Map);
+  for (const auto& path : paths) {
+    const YAML::Node file = detail::read_config_file(path);
+    if (!file.IsNull()) detail::merge_yaml(root, file);
+  }
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    apply_override(root, o.substr(0, eq), o.substr(eq + 1));
+  }
+  return root;
+}
+
+YAML::Node load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_configs(path.empty() ? std::vector<std::string>{} : std::vector<std::string>{path}, overrides);
+}
+
+}  // namespace cli
+
+}  // namespace volt

@@ -1,0 +1,15 @@
+#pragma once
+/// Reading config files and merging YAML trees for the CLI. Internal to cli/.
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+
+namespace volt::detail {
+
+/// A config file's top-level map (null for an empty file). Errors name the file: missing, a folder,
+/// unreadable, not YAML, not a map, a key given twice.
+YAML::Node read_config_file(const std::string& path);
+/// `over` merged into `base`: maps key by key, anything else replaced (LightningCLI's order).
+void merge_yaml(YAML::Node base, const YAML::Node& over);
+
+}  // namespace volt::detail

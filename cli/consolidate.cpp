@@ -1,0 +1,81 @@
+#include "volt/cli/consolidate.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "volt/checkpoint/checkpoint.h"
+#include "volt/core/errors.h"
+
+namespace volt::detail {
+
+namespace {
+
+/// The output may not be the input or inside it (that would destroy the source), and replaces an
+/// existing file only with --overwrite.
+void check_consolidate_output(const std::string& src, const std::string& dst, bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path s = fs::weakly_canonical(src, ec), d = fs::weakly_canonical(dst, ec);
+  auto rel = d.lexically_relative(s);
+  const bool inside = !rel.empty() && *rel.begin() != "..";
+  VOLT_CHECK(!inside, ConfigError, "consolidate: the output '", dst, "' is ",
+             d == s ? "the input itself" : "inside the input '" + src + "'", "; write it elsewhere (-o FILE)");
+  VOLT_CHECK(overwrite || !fs::exists(fs::symlink_status(dst, ec)), ConfigError, "consolidate: '", dst,
+             "' exists; pass --overwrite to replace it, or choose another -o FILE");
+}
+
+}  // namespace
+
+std::string consolidate_usage(const std::string& program) {
+  return "usage: " + program +
+         " consolidate SHARDED_CHECKPOINT [-o FILE] [--format volt|safetensors] [--overwrite]\n"
+         "  turns a sharded checkpoint folder into one file, tensor by tensor\n"
+         "  -o FILE, --output=FILE   the file to write (default: SHARDED_CHECKPOINT.consolidated, or\n"
+         "                           SHARDED_CHECKPOINT.safetensors with --format safetensors)\n"
+         "  --format volt            a full volt checkpoint (resumable: weights, optimizer, loops) [default]\n"
+         "  --format safetensors     the model's weights only, in Hugging Face's safetensors format\n"
+         "  --overwrite              replace FILE if it exists\n";
+}
+
+int run_consolidate(int argc, char** argv, const std::string& program) {
+  const std::string usage = consolidate_usage(program);
+  std::string src, dst;
+  bool overwrite = false;
+  std::string format = "volt";
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--overwrite") {
+      overwrite = true;
+    } else if (a == "--format") {
+      VOLT_CHECK(i + 1 < argc, ConfigError, "consolidate: --format needs a value (volt or safetensors)\n", usage);
+      format = argv[++i];
+    } else if (a.rfind("--format=", 0) == 0) {
+      format = a.substr(9);
+    } else if (a == "-o" || a == "--output") {
+      VOLT_CHECK(i + 1 < argc, ConfigError, "consolidate: ", a, " needs a file name\n", usage);
+      dst = argv[++i];
+    } else if (a.rfind("--output=", 0) == 0) {
+      dst = a.substr(9);
+    } else {
+      VOLT_CHECK(a.rfind("-", 0) != 0 && src.empty(), ConfigError, "consolidate: unexpected argument '", a, "'\n",
+                 usage);
+      src = a;
+    }
+  }
+  VOLT_CHECK(!src.empty(), ConfigError, "consolidate: missing the sharded checkpoint folder\n", usage);
+  while (src.size() > 1 && src.back() == '/') src.pop_back();
+  VOLT_CHECK(format == "volt" || format == "safetensors", ConfigError, "consolidate: --format '", format,
+             "' is not one of: volt, safetensors\n", usage);
+  const WeightsFormat f = format == "safetensors" ? WeightsFormat::Safetensors : WeightsFormat::Volt;
+  if (dst.empty()) dst = src + (f == WeightsFormat::Safetensors ? ".safetensors" : ".consolidated");
+  check_consolidate_output(src, dst, overwrite);
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t bytes = consolidate_checkpoint(src, dst, f);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("consolidated {} into {}: {:.1f} MB in {:.2f} s", src, dst, static_cast<double>(bytes) / 1e6, s);
+  return 0;
+}
+
+}  // namespace volt::detail
