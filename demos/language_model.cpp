@@ -92,6 +92,17 @@ void LanguageModel::test_step(const Batch& batch, int64_t) {
   log("test_loss", loss(batch).detach(), o);
 }
 
+Batch LanguageModel::predict_step(const Batch& batch, int64_t) {
+  VOLT_CHECK(batch.size() >= 2, DataError, "LanguageModel: a batch must hold {inputs, target}, got ", batch.size(),
+             " tensors");
+  const auto& target = batch[1];
+  const auto log_probs = forward(batch[0], target);  // one row per target position, as in loss()
+  Batch out;
+  out.set("next_token", log_probs.argmax(1).reshape(target.sizes()));
+  out.set("target_log_prob", log_probs.gather(1, target.reshape({-1, 1})).reshape(target.sizes()));
+  return out;
+}
+
 YAML::Node LanguageModel::hparams() const { return options_to_yaml(options_); }
 
 }  // namespace volt::demos

@@ -45,6 +45,9 @@ class LanguageModel : public LightningModule {
   void validation_step(const Batch& batch, int64_t batch_idx) override;
   /// Logs "test_loss" (per epoch, averaged over ranks).
   void test_step(const Batch& batch, int64_t batch_idx) override;
+  /// {next_token: the most likely token at each position, target_log_prob: the log-probability of
+  /// the actual next token}, both shaped as the batch's target (`volt predict` writes them).
+  Batch predict_step(const Batch& batch, int64_t batch_idx) override;
 
   YAML::Node hparams() const override;
   const LanguageModelOptions& options() const { return options_; }

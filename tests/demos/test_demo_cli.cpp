@@ -9,6 +9,7 @@
 #include <string>
 
 #include "boring_model.h"
+#include "cli/cli_support.h"
 #include "volt/core/errors.h"
 #include "volt/demos/demo_cli.h"
 #include "volt/demos/wikitext2_data.h"
@@ -91,4 +92,45 @@ TEST_CASE("demo CLI: model.vocab_size smaller than the data's vocabulary is a Co
 
   const std::string negative = config_error_of(dir, "-3");
   CHECK_THAT(negative, Contains("model.vocab_size") && Contains(">= 0"));
+}
+
+TEST_CASE("demo CLI: predict writes next tokens and target log-probabilities whose mean is the test loss",
+          "[demos][cli][predict]") {
+  const std::string dir = testing::temp_dir("demo-predict");
+  write_corpus(dir);
+  cli::Command fit = fit_command(dir, "");
+  fit.config["trainer"]["enable_checkpointing"] = true;
+  REQUIRE(demos::run_cli(fit) == 0);
+  // test, then predict with a PredictionWriter, from the fit's checkpoint, logging under eval/.
+  cli::Command test = fit_command(dir, "");
+  test.subcommand = "test";
+  test.config["trainer"]["default_root_dir"] = dir + "/eval";
+  test.config["ckpt_path"] = dir + "/checkpoints/last.ckpt";
+  cli::Command predict = test;
+  predict.config = YAML::Clone(test.config);
+  predict.subcommand = "predict";
+  predict.config["trainer"]["callbacks"] =
+      YAML::Load("[{class_path: PredictionWriter, init_args: {write_interval: epoch}}]");
+  REQUIRE(demos::run_cli(test) == 0);
+  REQUIRE(demos::run_cli(predict) == 0);
+
+  std::ifstream in(dir + "/eval/predictions/rank_0.pt", std::ios::binary);
+  REQUIRE(in.good());
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto d = torch::pickle_load(bytes).toGenericDict();
+  double mean_of_means = 0;  // test_loss is the mean of the batches' mean nll
+  int64_t batches = 0;
+  for (;; ++batches) {
+    const std::string key = "dataloader_0/batch_" + std::to_string(batches) + "/";
+    if (!d.contains(key + "target_log_prob")) break;
+    const auto lp = d.at(key + "target_log_prob").toTensor();
+    CHECK(d.at(key + "next_token").toTensor().sizes() == lp.sizes());
+    CHECK((lp <= 0).all().item<bool>());
+    mean_of_means += -lp.mean().item<double>();
+  }
+  REQUIRE(batches > 0);
+  mean_of_means /= static_cast<double>(batches);
+  const auto test_loss = testing::metrics_column(dir + "/eval/lightning_logs/version_0/metrics.csv", "test_loss");
+  REQUIRE(test_loss.size() == 1);
+  CHECK(test_loss[0] == Approx(mean_of_means).epsilon(1e-5));
 }
