@@ -287,7 +287,7 @@ class BlockStack : public LightningModule {
     x = head_->forward(x);
     return torch::mse_loss(x, torch::zeros_like(x));
   }
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     OptimizerConfig c;
     c.optimizer = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(lr_));
     return c;
@@ -350,7 +350,7 @@ class SaveLoad : public Callback {
       t0 = Clock::now();
       {
         CheckpointReader reader(path_);
-        s.load_checkpoint(m, t.optimizer(), reader);
+        s.load_checkpoint(m, {t.optimizer()}, reader);
       }
       load_s.push_back(seconds_since(t0));
       load_peak = std::max(load_peak, bench::hwm_bytes() - rss0);

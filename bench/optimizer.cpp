@@ -88,8 +88,8 @@ struct TorchAdamW : torch::optim::AdamW {
 class TorchOptimModel : public volt::demos::LanguageModel {
  public:
   using LanguageModel::LanguageModel;
-  volt::OptimizerConfig configure_optimizers() override {
-    auto c = LanguageModel::configure_optimizers();
+  volt::Optimizers configure_optimizers() override {
+    auto c = LanguageModel::configure_optimizers()[0];
     std::vector<torch::optim::OptimizerParamGroup> groups;
     for (auto &g : c.optimizer->param_groups()) groups.emplace_back(g.params(), g.options().clone());
     c.optimizer = std::make_shared<TorchAdamW>(groups);

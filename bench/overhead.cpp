@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
       demos::LanguageModel model(mopt);
       model.configure_model();
       model.train();
-      auto cfg = model.configure_optimizers();
+      auto cfg = model.configure_optimizers()[0];
       auto loader = data.train_loader();
       for (int64_t i = 0; i < steps; ++i) {
         Batch b = loader->batch(i);

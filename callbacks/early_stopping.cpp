@@ -31,6 +31,7 @@ void EarlyStopping::on_train_epoch_end(Trainer& t, LightningModule&) {
 }
 
 void EarlyStopping::check(Trainer& t) {
+  if (t.fast_dev_run() > 0) return;  // as Lightning: a smoke test never stops early
   auto it = t.callback_metrics().find(options_.monitor);
   if (it == t.callback_metrics().end()) {
     VOLT_CHECK(!options_.strict, ConfigError, "EarlyStopping: monitor '", options_.monitor,

@@ -2,6 +2,9 @@
 
 #include <torch/optim.h>
 
+#include <map>
+
+#include "volt/checkpoint/optimizer_hparams.h"
 #include "volt/core/errors.h"
 #include "volt/trainer/trainer.h"
 
@@ -13,21 +16,21 @@ LearningRateMonitor::LearningRateMonitor(std::string logging_interval) : interva
 }
 
 void LearningRateMonitor::log_lrs(Trainer& t, LightningModule& m) {
-  auto* opt = t.optimizer();
-  if (!opt) return;
-  std::string name = "lr-Optimizer";
-  if (dynamic_cast<torch::optim::Adam*>(opt))
-    name = "lr-Adam";
-  else if (dynamic_cast<torch::optim::AdamW*>(opt))
-    name = "lr-AdamW";
-  else if (dynamic_cast<torch::optim::SGD*>(opt))
-    name = "lr-SGD";
-  const auto& groups = opt->param_groups();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    LogOptions o;
-    o.on_step = true;
-    o.on_epoch = false;
-    m.log(groups.size() == 1 ? name : name + "/pg" + std::to_string(i + 1), groups[i].options().get_lr(), o);
+  // Lightning's names: "lr-<name or optimizer type>", "-<k>" for the k-th repeat of a name,
+  // "/pg<i>" per param group when there are several.
+  std::map<std::string, int> seen;
+  for (const auto& c : t.optimizers().configs) {
+    std::string type = optimizer_type_name(*c.optimizer);
+    std::string name = "lr-" + (!c.name.empty() ? c.name : !type.empty() ? type : std::string("Optimizer"));
+    const int repeat = seen[name]++;
+    if (repeat > 0) name += "-" + std::to_string(repeat);
+    const auto& groups = c.optimizer->param_groups();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      LogOptions o;
+      o.on_step = true;
+      o.on_epoch = false;
+      m.log(groups.size() == 1 ? name : name + "/pg" + std::to_string(i + 1), groups[i].options().get_lr(), o);
+    }
   }
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-/// LearningRateMonitor: logs each param group's learning rate ("lr-<Optimizer>" or
+/// LearningRateMonitor: logs each optimizer's param-group learning rates ("lr-<Optimizer>" or
 /// "lr-<Optimizer>/pg<i>") every `logging_interval` ("step" or "epoch"), as Lightning's.
 #include "volt/callbacks/callback.h"
 #include "volt/core/errors.h"

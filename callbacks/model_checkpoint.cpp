@@ -190,7 +190,8 @@ std::string ModelCheckpoint::format_name(const Trainer& t) const {
 }
 
 void ModelCheckpoint::save(Trainer& t) {
-  if (t.global_step() == last_saved_step_) return;
+  // fast_dev_run is a smoke test: no checkpoints, as Lightning's ModelCheckpoint skips it.
+  if (t.fast_dev_run() > 0 || t.global_step() == last_saved_step_) return;
   save_topk(t);
   save_last(t);
   last_saved_step_ = t.global_step();

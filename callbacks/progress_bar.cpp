@@ -33,7 +33,7 @@ void ProgressBar::on_train_batch_end(Trainer& t, LightningModule&, const torch::
                                      int64_t idx) {
   if (!t.is_global_zero()) return;
   if (start_batch_ < 0) start_batch_ = idx;
-  last_loss_ = loss.item<double>();
+  last_loss_ = loss;
   const int64_t done = idx + 1;
   if (tty_) {
     if (done % refresh_rate_ == 0 || done == t.num_training_batches()) draw(t, done, false);
@@ -62,7 +62,9 @@ void ProgressBar::draw(Trainer& t, int64_t done, bool newline) {
      << std::string(filled, '#') << std::string(width - filled, ' ') << "| " << done << '/'
      << (known ? std::to_string(total) : std::string("?")) << " [" << hms(elapsed) << '<' << hms(eta) << ", "
      << std::fixed << std::setprecision(2) << rate << "it/s"
-     << ", step=" << t.global_step() << ", loss=" << std::setprecision(4) << last_loss_;
+     << ", step=" << t.global_step();
+  if (last_loss_.defined() && last_loss_.numel() == 1)
+    os << ", loss=" << std::setprecision(4) << last_loss_.item<double>();
   for (const auto& [k, v] : t.progress_bar_metrics())
     if (k != "loss") os << ", " << k << '=' << std::setprecision(4) << v;
   os << ']';

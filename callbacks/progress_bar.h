@@ -1,6 +1,8 @@
 #pragma once
 /// Progress bar on rank 0: epoch, step, rate (it/s), ETA and the prog_bar metrics. Redraws one line
 /// on a terminal; prints a line every 10% of an epoch when stderr is not a terminal (CI, files).
+/// It reads the loss and the metrics (a wait for the device) only when it draws, so refresh_rate
+/// also bounds how often it synchronizes with the device.
 #include <chrono>
 
 #include "volt/callbacks/callback.h"
@@ -38,7 +40,7 @@ class ProgressBar : public Callback {
   bool tty_ = false;
   int64_t start_batch_ = 0;
   int64_t last_printed_decile_ = -1;
-  double last_loss_ = 0.0;
+  torch::Tensor last_loss_;  // the last batch's loss, read when drawn
   std::chrono::steady_clock::time_point start_;
 };
 

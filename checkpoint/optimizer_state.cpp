@@ -156,4 +156,21 @@ void optimizer_state_from_tensors(torch::optim::Optimizer& optimizer, const Name
   }
 }
 
+void for_each_optimizer_state(const OptimizerList& optimizers, const NamedTensors& params, const FieldFn& fn) {
+  for (auto* o : optimizers) for_each_optimizer_state(*o, params, fn);
+}
+
+void optimizer_state_from_tensors(const OptimizerList& optimizers, const NamedTensors& params,
+                                  const std::map<std::string, torch::Tensor>& state, const std::string& source) {
+  if (optimizers.size() == 1) return optimizer_state_from_tensors(*optimizers[0], params, state, source);
+  std::map<const c10::TensorImpl*, torch::optim::Optimizer*> owner;
+  for (auto* o : optimizers)
+    for (auto& g : o->param_groups())
+      for (auto& p : g.params()) owner.emplace(p.unsafeGetTensorImpl(), o);
+  for (const auto& np : params) {
+    auto it = owner.find(np.second.unsafeGetTensorImpl());
+    if (it != owner.end()) optimizer_state_from_tensors(*it->second, {np}, state, source);
+  }
+}
+
 }  // namespace volt

@@ -13,6 +13,10 @@
 namespace volt {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+/// Several optimizers seen as one (non-owning): each parameter's state lives in the optimizer
+/// that holds it, so the saved names ("<param name>.<field>") need no optimizer index, and a
+/// checkpoint reshards the same with one optimizer or several.
+using OptimizerList = std::vector<torch::optim::Optimizer*>;
 
 /// Every optimizer state field volt saves, in the order checkpoints list them ("step" is a 0-dim
 /// int64 tensor; the others have the parameter's shape).
@@ -27,6 +31,14 @@ inline const std::vector<std::string>& optimizer_state_fields() {
 void for_each_optimizer_state(
     torch::optim::Optimizer& optimizer, const NamedTensors& params,
     const std::function<void(const std::string& name, const std::string& field, const torch::Tensor& value)>& fn);
+/// for_each_optimizer_state over every optimizer of `optimizers` (a parameter is in at most one).
+void for_each_optimizer_state(
+    const OptimizerList& optimizers, const NamedTensors& params,
+    const std::function<void(const std::string& name, const std::string& field, const torch::Tensor& value)>& fn);
+/// optimizer_state_from_tensors into whichever optimizer of `optimizers` holds each parameter
+/// (parameters no optimizer holds are skipped).
+void optimizer_state_from_tensors(const OptimizerList& optimizers, const NamedTensors& params,
+                                  const std::map<std::string, torch::Tensor>& state, const std::string& source);
 /// `params` pairs each tensor the optimizer holds with the name to save it under (copies).
 std::map<std::string, torch::Tensor> optimizer_state_to_tensors(torch::optim::Optimizer& optimizer,
                                                                 const NamedTensors& params);

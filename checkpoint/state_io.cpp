@@ -37,7 +37,7 @@ std::map<std::string, torch::Tensor> gather_rank_tensors(StateComm& comm,
 }
 
 /// The optimizer state fields of a group's slices, by field, on this rank.
-void for_each_slice_state(torch::optim::Optimizer& opt, const FlatGroup& g, const FlatSlice& s,
+void for_each_slice_state(const OptimizerList& opt, const FlatGroup& g, const FlatSlice& s,
                           const std::function<void(const std::string&, const torch::Tensor&)>& fn) {
   for_each_optimizer_state(opt, {{g.entries[s.entry].name, s.view}},
                            [&](const std::string&, const std::string& field, const torch::Tensor& t) { fn(field, t); });
@@ -47,10 +47,10 @@ void for_each_slice_state(torch::optim::Optimizer& opt, const FlatGroup& g, cons
 std::vector<std::string> group_fields(const StateLayout& layout, StateComm& comm) {
   const auto& all = optimizer_state_fields();
   std::set<std::string> local;
-  if (layout.optimizer)
+  if (!layout.optimizers.empty())
     for (const auto& g : layout.groups)
       for (const auto& s : g.slices)
-        for_each_slice_state(*layout.optimizer, g, s,
+        for_each_slice_state(layout.optimizers, g, s,
                              [&](const std::string& f, const torch::Tensor&) { local.insert(f); });
   torch::Tensor have = torch::zeros({static_cast<int64_t>(all.size())});
   for (size_t i = 0; i < all.size(); ++i)
@@ -63,7 +63,7 @@ std::vector<std::string> group_fields(const StateLayout& layout, StateComm& comm
 }
 
 /// This rank's optimizer state `field` of a group laid out as its shard (zeros where no slice has state).
-torch::Tensor local_field(torch::optim::Optimizer& opt, const FlatGroup& g, const std::string& field) {
+torch::Tensor local_field(const OptimizerList& opt, const FlatGroup& g, const std::string& field) {
   torch::Tensor local = torch::zeros({g.shard_numel}, g.shard.options());
   for (const auto& s : g.slices)
     for_each_slice_state(opt, g, s, [&](const std::string& name, const torch::Tensor& t) {
@@ -72,37 +72,44 @@ torch::Tensor local_field(torch::optim::Optimizer& opt, const FlatGroup& g, cons
   return local;
 }
 
-/// Every group's optimizer step count: the same for every slice of a group; the maximum over slices
-/// and shard ranks guards against slices that never got a gradient. One collective for all groups
-/// (the groups of a layout share one shard group).
-std::vector<int64_t> group_steps(torch::optim::Optimizer& opt, const std::vector<FlatGroup>& groups) {
+/// Every group's optimizer step count per entry: the maximum over the entry's slices and shard
+/// ranks (a rank may hold no slice of it). Per entry, not per group: parameters of one unit may be
+/// stepped by different optimizers (manual optimization), or never (no gradient yet). One
+/// collective for all groups (the groups of a layout share one shard group).
+using GroupSteps = std::vector<std::vector<int64_t>>;
+GroupSteps group_steps(const OptimizerList& opt, const std::vector<FlatGroup>& groups) {
   std::vector<double> local;
   for (const auto& g : groups) {
-    double step = 0.0;
+    const size_t base = local.size();
+    local.resize(base + g.entries.size(), 0.0);
     for (const auto& s : g.slices)
       for_each_slice_state(opt, g, s, [&](const std::string& name, const torch::Tensor& t) {
-        if (name == "step") step = std::max(step, t.item<double>());
+        if (name == "step") local[base + s.entry] = std::max(local[base + s.entry], t.item<double>());
       });
-    local.push_back(step);
   }
   torch::Tensor steps = torch::tensor(local, torch::kDouble);
   if (!groups.empty()) steps = groups[0].all_reduce(steps, ReduceOp::Max);
-  std::vector<int64_t> out;
-  for (size_t u = 0; u < local.size(); ++u) out.push_back(static_cast<int64_t>(steps[u].item<double>()));
+  steps = steps.contiguous();
+  const double* v = steps.data_ptr<double>();
+  GroupSteps out;
+  for (const auto& g : groups) {
+    out.emplace_back();
+    for (size_t e = 0; e < g.entries.size(); ++e) out.back().push_back(static_cast<int64_t>(*v++));
+  }
   return out;
 }
 
-/// The steps of every group, if any group has optimizer state "step" (collective).
-std::vector<int64_t> steps_if_any(const StateLayout& layout, const std::vector<std::string>& fields) {
+/// The steps of every group's entries, if any group has optimizer state "step" (collective).
+GroupSteps steps_if_any(const StateLayout& layout, const std::vector<std::string>& fields) {
   const bool has_step = std::count(fields.begin(), fields.end(), "step") > 0;
-  return has_step ? group_steps(*layout.optimizer, layout.groups) : std::vector<int64_t>{};
+  return has_step ? group_steps(layout.optimizers, layout.groups) : GroupSteps{};
 }
 
 void save_full(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm) {
   torch::NoGradGuard ng;
   auto rng = gather_rank_tensors(comm, header.rng_states);
   const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm);
-  const std::vector<int64_t> steps = steps_if_any(layout, fields);
+  const GroupSteps steps = steps_if_any(layout, fields);
   const bool writer = comm.rank() == 0;
   std::unique_ptr<ArchiveWriter> w;
   std::string error;
@@ -129,12 +136,12 @@ void save_full(const StateLayout& layout, const CheckpointHeader& header, const 
     for (const auto& field : fields) {
       if (field == "step") {
         guarded([&] {
-          for (const auto& e : g.entries)
-            w->add(kOptimizerSection, e.name + ".step", torch::tensor(steps[gi], torch::kLong));
+          for (size_t ei = 0; ei < g.entries.size(); ++ei)
+            w->add(kOptimizerSection, g.entries[ei].name + ".step", torch::tensor(steps[gi][ei], torch::kLong));
         });
         continue;
       }
-      torch::Tensor full = g.gather(local_field(*layout.optimizer, g, field));
+      torch::Tensor full = g.gather(local_field(layout.optimizers, g, field));
       guarded([&] {
         for (const auto& e : g.entries)
           w->add(kOptimizerSection, e.name + "." + field, full.narrow(0, e.offset, e.numel).view(e.shape));
@@ -144,8 +151,8 @@ void save_full(const StateLayout& layout, const CheckpointHeader& header, const 
   guarded([&] {
     for (const auto& [n, t] : layout.params) w->add(kModelSection, n, t);
     for (const auto& [n, t] : layout.buffers) w->add(kModelSection, n, t);
-    if (layout.optimizer)
-      for_each_optimizer_state(*layout.optimizer, layout.params,
+    if (!layout.optimizers.empty())
+      for_each_optimizer_state(layout.optimizers, layout.params,
                                [&](const std::string& n, const std::string& f, const torch::Tensor& t) {
                                  w->add(kOptimizerSection, n + "." + f, t);
                                });
@@ -164,16 +171,16 @@ void add_whole(const StateLayout& layout, ShardedCheckpointWriter& sw) {
   };
   for (const auto& [n, t] : layout.params) whole(kModelSection, n, t);
   for (const auto& [n, t] : layout.buffers) whole(kModelSection, n, t);
-  if (layout.optimizer)
-    for_each_optimizer_state(*layout.optimizer, layout.params,
+  if (!layout.optimizers.empty())
+    for_each_optimizer_state(layout.optimizers, layout.params,
                              [&](const std::string& n, const std::string& f, const torch::Tensor& t) {
                                whole(kOptimizerSection, n + "." + f, t);
                              });
 }
 
 /// One group's pieces in this rank's file, and (rank 0) every rank's pieces in the manifest.
-void add_group(const StateLayout& layout, const FlatGroup& g, const std::vector<std::string>& fields, int64_t step,
-               int64_t rank, ShardedCheckpointWriter& sw) {
+void add_group(const StateLayout& layout, const FlatGroup& g, const std::vector<std::string>& fields,
+               const std::vector<int64_t>& steps, int64_t rank, ShardedCheckpointWriter& sw) {
   ArchiveWriter& file = sw.file();
   if (g.writes)
     for (const auto& s : g.slices) {
@@ -181,10 +188,10 @@ void add_group(const StateLayout& layout, const FlatGroup& g, const std::vector<
       file.add(kModelSection, e.name, g.shard.narrow(0, s.shard_offset, s.length));
       for (const auto& field : fields) {
         if (field == "step") {
-          file.add(kOptimizerSection, e.name + ".step", torch::tensor(step, torch::kLong));
+          file.add(kOptimizerSection, e.name + ".step", torch::tensor(steps.at(s.entry), torch::kLong));
           continue;
         }
-        for_each_slice_state(*layout.optimizer, g, s, [&](const std::string& name, const torch::Tensor& t) {
+        for_each_slice_state(layout.optimizers, g, s, [&](const std::string& name, const torch::Tensor& t) {
           if (name == field) file.add(kOptimizerSection, e.name + "." + field, t.reshape({-1}));
         });
       }
@@ -221,7 +228,7 @@ std::string shared_save_id(StateComm& comm) {
 void save_sharded(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm) {
   torch::NoGradGuard ng;
   const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm);
-  const std::vector<int64_t> steps = steps_if_any(layout, fields);
+  const GroupSteps steps = steps_if_any(layout, fields);
   const int64_t rank = comm.rank(), world = comm.world_size();
   ShardedCheckpointWriter sw(
       path, rank, world, shared_save_id(comm),
@@ -229,7 +236,7 @@ void save_sharded(const StateLayout& layout, const CheckpointHeader& header, con
   std::string error;
   try {
     for (size_t gi = 0; gi < layout.groups.size(); ++gi)
-      add_group(layout, layout.groups[gi], fields, steps.empty() ? 0 : steps[gi], rank, sw);
+      add_group(layout, layout.groups[gi], fields, steps.empty() ? std::vector<int64_t>{} : steps[gi], rank, sw);
     if (rank == 0) add_whole(layout, sw);
     for (const auto& [k, v] : header.rng_states) {
       sw.file().add(kRngSection, "rank" + std::to_string(rank) + "." + k, v);
@@ -245,7 +252,7 @@ void save_sharded(const StateLayout& layout, const CheckpointHeader& header, con
 }
 
 void load_optimizer(const StateLayout& layout, const CheckpointReader& ckpt) {
-  torch::optim::Optimizer& opt = *layout.optimizer;
+  const OptimizerList& opt = layout.optimizers;
   // Unit by unit: at most one unit's optimizer state is in flight besides the optimizer's own.
   for (const auto& g : layout.groups) {
     std::map<std::string, torch::Tensor> local;
@@ -335,7 +342,7 @@ void load_state(const StateLayout& layout, const CheckpointReader& ckpt) {
   }
   for (const auto& [n, t] : layout.params) torch::Tensor(t).copy_(ckpt.read(kModelSection, n));
   for (const auto& [n, t] : layout.buffers) torch::Tensor(t).copy_(ckpt.read(kModelSection, n));
-  if (layout.optimizer && !ckpt.names(kOptimizerSection).empty()) load_optimizer(layout, ckpt);
+  if (!layout.optimizers.empty() && !ckpt.names(kOptimizerSection).empty()) load_optimizer(layout, ckpt);
 }
 
 namespace detail {

@@ -23,7 +23,7 @@ enum class CheckpointFormat { Full, Sharded };
 void save_state(const StateLayout& layout, const CheckpointHeader& header, const std::string& path,
                 CheckpointFormat format, StateComm& comm);
 
-/// Loads the model (and, when layout.optimizer is set and the checkpoint has it, the optimizer
+/// Loads the model (and, when layout.optimizers is not empty and the checkpoint has it, the optimizer
 /// state) into `layout`'s tensors. Throws CheckpointError naming the file on any mismatch.
 /// Not collective by itself (every rank reads its own ranges).
 void load_state(const StateLayout& layout, const CheckpointReader& checkpoint);

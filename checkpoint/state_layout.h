@@ -64,8 +64,9 @@ struct StateLayout {
   NamedTensors params;   // whole parameters (the optimizer steps these tensors)
   NamedTensors buffers;  // whole buffers
   std::vector<FlatGroup> groups;
-  /// Null: the model alone (weights_only saves, loads without an optimizer).
-  torch::optim::Optimizer* optimizer = nullptr;
+  /// The optimizers stepping these parameters (several under manual optimization); empty: the
+  /// model alone (weights_only saves, loads without an optimizer).
+  OptimizerList optimizers;
   /// This rank's own tensors (RNG states, "cpu" / "cuda"); saved by every rank.
   std::map<std::string, torch::Tensor> rank_tensors;
 };

@@ -8,12 +8,15 @@
 #include <iostream>
 #include <optional>
 
+#include "volt/callbacks/device_stats_monitor.h"
 #include "volt/callbacks/early_stopping.h"
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/model_summary.h"
 #include "volt/callbacks/prediction_writer.h"
 #include "volt/callbacks/progress_bar.h"
+#include "volt/callbacks/throughput_monitor.h"
+#include "volt/callbacks/timer.h"
 #include "volt/cli/class_section.h"
 #include "volt/cli/cli_help.h"
 #include "volt/cli/config_files.h"
@@ -129,6 +132,11 @@ CLI::CLI() {
   add_callback<LearningRateMonitorOptions>("LearningRateMonitor", [](const LearningRateMonitorOptions& o) {
     return std::make_shared<LearningRateMonitor>(o.logging_interval);
   });
+  add_callback<ThroughputMonitorOptions>(
+      "ThroughputMonitor", [](const ThroughputMonitorOptions& o) { return std::make_shared<ThroughputMonitor>(o); });
+  add_callback<DeviceStatsMonitorOptions>(
+      "DeviceStatsMonitor", [](const DeviceStatsMonitorOptions& o) { return std::make_shared<DeviceStatsMonitor>(o); });
+  add_callback<TimerOptions>("Timer", [](const TimerOptions& o) { return std::make_shared<Timer>(o); });
   add_callback<ProgressBarOptions>(
       "ProgressBar", [](const ProgressBarOptions& o) { return std::make_shared<ProgressBar>(o.refresh_rate); });
   add_callback<ModelSummaryOptions>(

@@ -25,7 +25,7 @@
 /// `--help` lists every key with its type and default, generated from the options' visit().
 ///
 /// Built-in callbacks are registered: ModelCheckpoint, EarlyStopping, LearningRateMonitor,
-/// ProgressBar, ModelSummary, PredictionWriter.
+/// ThroughputMonitor, DeviceStatsMonitor, Timer, ProgressBar, ModelSummary, PredictionWriter.
 ///
 /// Ownership: the CLI owns its registries (no global state); the objects a run builds live for that
 /// run. Thread-safety: register, then call main() or run() from one thread.

@@ -31,6 +31,19 @@ std::vector<OptionHelp> trainer_help() {
   std::vector<OptionHelp> out;
   const TrainerOptions defaults;
   for (const auto& e : options_help(defaults, "trainer")) {
+    if (e.key == "trainer.logger") {
+      // true, false, a name, or a list of names and {class_path, init_args} (loggers/logger_options.h).
+      out.push_back({e.key, e.type, e.default_value, "true (csv), false, csv, tensorboard, or a list of these or of:"});
+      out.push_back({e.key + "[i].class_path", "CSVLogger|TensorBoardLogger", "", ""});
+      for (auto h : options_help(LoggerConfig("tensorboard"), e.key + "[i].init_args")) {
+        if (h.key.size() > 18 && h.key.compare(h.key.size() - 18, 18, ".default_hp_metric") == 0)
+          h.note = "TensorBoardLogger only";
+        else if (h.key.size() > 9 && h.key.compare(h.key.size() - 9, 9, ".save_dir") == 0)
+          h.note = "\"\": trainer.default_root_dir";
+        out.push_back(h);
+      }
+      continue;
+    }
     if (e.key != "trainer.strategy") {
       out.push_back(e);
       continue;

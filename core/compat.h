@@ -151,6 +151,22 @@ inline int64_t cuda_peak_reserved(int device = 0) {
   return 0;
 #endif
 }
+/// The CUDA caching allocator's bytes on `device`: allocated and reserved, now and at the peak
+/// (zeros without CUDA).
+struct CudaMemoryStats {
+  int64_t allocated = 0, allocated_peak = 0, reserved = 0, reserved_peak = 0;
+};
+inline CudaMemoryStats cuda_memory_stats(int device = 0) {
+  CudaMemoryStats m;
+#ifdef VOLT_WITH_CUDA
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  m.allocated = stats.allocated_bytes[0].current;  // [0]: StatType::AGGREGATE
+  m.allocated_peak = stats.allocated_bytes[0].peak;
+  m.reserved = stats.reserved_bytes[0].current;
+  m.reserved_peak = stats.reserved_bytes[0].peak;
+#endif
+  return m;
+}
 inline void cuda_reset_peak(int device = 0) {
 #ifdef VOLT_WITH_CUDA
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));

@@ -46,7 +46,7 @@ Transformer& LanguageModel::model() const {
   return *model_;
 }
 
-OptimizerConfig LanguageModel::configure_optimizers() {
+Optimizers LanguageModel::configure_optimizers() {
   OptimizerConfig config;
   if (lower(options_.optimizer) == "adamw") {
     config.optimizer = std::make_shared<torch::optim::AdamW>(

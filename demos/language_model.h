@@ -35,7 +35,7 @@ class LanguageModel : public LightningModule {
 
   /// Builds the Transformer (registered as "model") unless it exists already.
   void configure_model() override;
-  OptimizerConfig configure_optimizers() override;
+  Optimizers configure_optimizers() override;
 
   /// Log-probabilities [B*T, vocab_size] for inputs and (shifted) targets [B, T].
   torch::Tensor forward(const torch::Tensor& inputs, const torch::Tensor& target);

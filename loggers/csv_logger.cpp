@@ -4,37 +4,18 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 
 #include "volt/core/errors.h"
+#include "volt/loggers/version_dir.h"
 
 namespace volt {
 
-namespace fs = std::filesystem;
-
-CSVLogger::CSVLogger(const std::string& root_dir, const std::string& name, int64_t version) : version_(version) {
-  const fs::path base = fs::path(root_dir) / name;
-  std::error_code ec;
-  fs::create_directories(base, ec);
-  VOLT_CHECK(!ec, ConfigError, "cannot create log directory '", base.string(), "': ", ec.message());
-  if (version_ < 0) {
-    version_ = 0;
-    for (const auto& e : fs::directory_iterator(base)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind("version_", 0) == 0) {
-        try {
-          version_ = std::max<int64_t>(version_, std::stoll(n.substr(8)) + 1);
-        } catch (...) {
-        }
-      }
-    }
-  }
-  log_dir_ = (base / ("version_" + std::to_string(version_))).string();
-  fs::create_directories(log_dir_, ec);
-  VOLT_CHECK(!ec, ConfigError, "cannot create log directory '", log_dir_, "': ", ec.message());
+CSVLogger::CSVLogger(const std::string& root_dir, const std::string& name, int64_t version)
+    : name_(name), version_(version) {
+  log_dir_ = detail::make_version_dir(root_dir, name, version_);
 }
 
 void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
@@ -93,12 +74,20 @@ void CSVLogger::flush() {
   rows_written_ = rows_.size();
 }
 
-void CSVLogger::log_hyperparams(const YAML::Node& hparams) {
-  std::ofstream(log_dir_ + "/hparams.yaml") << YAML::Dump(hparams) << '\n';
+void CSVLogger::log_hyperparams(const YAML::Node& hparams, const std::map<std::string, double>&) {
+  const std::string path = log_dir_ + "/hparams.yaml";
+  std::ofstream out(path);
+  out << YAML::Dump(hparams) << '\n';
+  out.flush();
+  VOLT_CHECK(out.good(), Error, "writing '", path, "' failed: ", std::strerror(errno));
 }
 
 void CSVLogger::save_config(const YAML::Node& config) {
-  std::ofstream(log_dir_ + "/config.yaml") << YAML::Dump(config) << '\n';
+  const std::string path = log_dir_ + "/config.yaml";
+  std::ofstream out(path);
+  out << YAML::Dump(config) << '\n';
+  out.flush();
+  VOLT_CHECK(out.good(), Error, "writing '", path, "' failed: ", std::strerror(errno));
 }
 
 }  // namespace volt

@@ -1,7 +1,8 @@
 #pragma once
 /// CSV logger, as Lightning's CSVLogger writes it: <root>/lightning_logs/version_N/metrics.csv with a
 /// sorted header that grows (the file is rewritten) when new metric names appear, plus hparams.yaml
-/// and the resolved config.yaml. Only rank 0 creates one. Not thread-safe.
+/// and the resolved config.yaml. The Trainer creates its loggers on global rank 0 only. Not
+/// thread-safe.
 #include <yaml-cpp/yaml.h>
 
 #include <map>
@@ -9,23 +10,29 @@
 #include <string>
 #include <vector>
 
+#include "volt/loggers/logger.h"
+
 namespace volt {
 
-class CSVLogger {
+class CSVLogger : public Logger {
  public:
-  /// Picks the next free version_N under root_dir/name (or uses `version` if >= 0).
-  CSVLogger(const std::string& root_dir, const std::string& name = "lightning_logs", int64_t version = -1);
-  const std::string& log_dir() const { return log_dir_; }
-  int64_t version() const { return version_; }
+  /// Creates root_dir/name/version_N now: the next free N, or `version` if >= 0. Throws
+  /// ConfigError when the folder cannot be created.
+  explicit CSVLogger(const std::string& root_dir, const std::string& name = "lightning_logs", int64_t version = -1);
+  std::string name() const override { return name_; }
+  std::string log_dir() const override { return log_dir_; }
+  int64_t version() const override { return version_; }
 
-  /// Appends one row: `metrics` plus "step" (and "epoch" if present in metrics).
-  void log_metrics(const std::map<std::string, double>& metrics, int64_t step);
-  void log_hyperparams(const YAML::Node& hparams);
-  void save_config(const YAML::Node& config);
-  /// Writes the buffered rows to metrics.csv.
-  void flush();
+  /// Buffers one row: `metrics` plus "step" (and "epoch" if present in metrics).
+  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override;
+  /// Writes hparams.yaml (`metrics` are not stored: Lightning's CSVLogger keeps only the hparams).
+  void log_hyperparams(const YAML::Node& hparams, const std::map<std::string, double>& metrics = {}) override;
+  void save_config(const YAML::Node& config) override;
+  /// Writes the buffered rows to metrics.csv. Throws volt::Error naming the file when that fails.
+  void flush() override;
 
  private:
+  std::string name_;
   std::string log_dir_;
   int64_t version_;
   std::vector<std::map<std::string, double>> rows_;

@@ -1,5 +1,8 @@
 #include "volt/module/lightning_module.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "volt/core/errors.h"
 
 namespace volt {
@@ -16,6 +19,48 @@ Batch LightningModule::predict_step(const Batch& batch, int64_t batch_idx, int64
   return predict_step(batch, batch_idx);
 }
 
+std::vector<LightningOptimizer*> LightningModule::optimizers() {
+  VOLT_CHECK(!optimizers_.empty(), ConfigError,
+             "optimizers() is available during fit only (after configure_optimizers, from training_step and the "
+             "training hooks)");
+  return optimizers_;
+}
+
+std::vector<LRScheduler*> LightningModule::lr_schedulers() {
+  VOLT_CHECK(!optimizers_.empty(), ConfigError, "lr_schedulers() is available during fit only");
+  return schedulers_;
+}
+
+LightningOptimizer& LightningModule::checked(LightningOptimizer& optimizer, const char* what) const {
+  const bool ours = std::find(optimizers_.begin(), optimizers_.end(), &optimizer) != optimizers_.end();
+  VOLT_CHECK(ours, ConfigError, what,
+             ": the optimizer is not one of this module's optimizers() in the running fit (call it during fit, "
+             "with an element of optimizers())");
+  return optimizer;
+}
+
+void LightningModule::manual_backward(const torch::Tensor& loss) {
+  VOLT_CHECK(!optimizers_.empty(), ConfigError, "manual_backward() is available during fit only");
+  VOLT_CHECK(loss.defined() && loss.numel() == 1, ConfigError,
+             "manual_backward(loss): the loss must be a scalar tensor, got ",
+             loss.defined() ? detail::str_cat("shape ", loss.sizes()) : std::string("an undefined tensor"));
+  optimizers_.front()->host_->manual_backward(loss);
+}
+
+void LightningModule::toggle_optimizer(LightningOptimizer& optimizer) {
+  checked(optimizer, "toggle_optimizer").host_->toggle_optimizer(optimizer.index());
+}
+
+void LightningModule::untoggle_optimizer(LightningOptimizer& optimizer) {
+  checked(optimizer, "untoggle_optimizer").host_->untoggle_optimizer(optimizer.index());
+}
+
+double LightningModule::clip_gradients(LightningOptimizer& optimizer, double value, GradientClipAlgorithm algorithm) {
+  VOLT_CHECK(value > 0 && std::isfinite(value), ConfigError,
+             "clip_gradients: gradient_clip_val must be finite and > 0, got ", value);
+  return checked(optimizer, "clip_gradients").host_->clip_gradients(optimizer.index(), value, algorithm);
+}
+
 void LightningModule::log(const std::string& name, const torch::Tensor& value, LogOptions options) {
   VOLT_CHECK(log_sink_ != nullptr, ConfigError, "log('", name, "') called outside fit/validate/test");
   log_sink_->log_metric(name, value, options);
@@ -23,6 +68,21 @@ void LightningModule::log(const std::string& name, const torch::Tensor& value, L
 
 void LightningModule::log(const std::string& name, double value, LogOptions options) {
   log(name, torch::tensor(value, torch::kDouble), options);
+}
+
+void LightningModule::log_dict(const std::map<std::string, torch::Tensor>& values, LogOptions options) {
+  VOLT_CHECK(log_sink_ != nullptr, ConfigError, "log_dict() called outside fit/validate/test");
+  for (const auto& [name, value] : values)
+    VOLT_CHECK(value.defined() && value.numel() == 1, ConfigError, "log_dict: the value of '", name,
+               "' must be a one-element tensor, got ",
+               value.defined() ? detail::str_cat("shape ", value.sizes()) : std::string("an undefined tensor"),
+               "; log a reduction of it (e.g. its mean) or one key per element. Nothing was logged");
+  for (const auto& [name, value] : values) log_sink_->log_metric(name, value, options);
+}
+
+void LightningModule::log_dict(const std::map<std::string, double>& values, LogOptions options) {
+  VOLT_CHECK(log_sink_ != nullptr, ConfigError, "log_dict() called outside fit/validate/test");
+  for (const auto& [name, value] : values) log(name, value, options);
 }
 
 }  // namespace volt

@@ -12,22 +12,54 @@
 #include <optional>
 #include <string>
 
+#include "volt/core/choice.h"
 #include "volt/module/data.h"
-#include "volt/module/lr_scheduler.h"
+#include "volt/module/manual_optimization.h"
+#include "volt/module/optimizer_config.h"
 
 namespace volt {
 
 class Trainer;
 
+/// How log() reduces a name's values over an epoch (Lightning's reduce_fx): "mean" (weighted by
+/// batch size), "sum", "max", "min". "avg" is accepted for "mean", and case is ignored.
+enum class ReduceFx { Mean, Sum, Max, Min };
+template <>
+struct ChoiceNames<ReduceFx> {
+  static const std::vector<std::pair<ReduceFx, const char*>>& names() {
+    static const std::vector<std::pair<ReduceFx, const char*>> n = {
+        {ReduceFx::Mean, "mean"}, {ReduceFx::Sum, "sum"}, {ReduceFx::Max, "max"}, {ReduceFx::Min, "min"}};
+    return n;
+  }
+  static std::string normalize(const std::string& s) {
+    std::string l = detail::to_lower(s);
+    return l == "avg" ? "mean" : l;
+  }
+};
+
 /// Options of LightningModule::log, with Lightning's names and defaults. on_step / on_epoch
 /// default by stage: training logs per step, validation and test per epoch.
 struct LogOptions {
+  /// Also show the value in the progress bar (Trainer::progress_bar_metrics).
   bool prog_bar = false;
   std::optional<bool> on_step;
   std::optional<bool> on_epoch;
-  /// Average the value over ranks (an all-reduce) before logging.
+  /// Reduce the value over ranks before logging, with reduce_fx's operation: the step value at
+  /// once, the epoch value when the epoch ends (a "mean" epoch value is the mean over every rank's
+  /// samples). Every rank must log the name.
   bool sync_dist = false;
+  /// false: the value reaches callback_metrics (and the progress bar) but never the loggers.
   bool logger = true;
+  /// The epoch reduction: "mean" (default), "sum", "max" or "min".
+  Choice<ReduceFx> reduce_fx = ReduceFx::Mean;
+  /// The weight of this value in a "mean" epoch value. Unset: the current batch's size (its first
+  /// tensor's first dimension, as Lightning infers it); 1 outside a batch (epoch-end hooks).
+  std::optional<int64_t> batch_size;
+  /// With several evaluation loaders, append "/dataloader_idx_<i>" to the name (Lightning's
+  /// add_dataloader_idx); false: the name is used as given, and the loaders share its value.
+  bool add_dataloader_idx = true;
+  /// The value is logged by rank 0 only: no reduction over ranks, whatever sync_dist says.
+  bool rank_zero_only = false;
 };
 
 /// A checkpoint as the hooks see it: metadata (YAML) the module or callbacks may extend.
@@ -53,7 +85,32 @@ class LightningModule : public torch::nn::Module {
   /// Build layers here when they should be created only once the strategy is known (large models).
   /// Called once per fit/validate/test before the strategy sets the model up; must be idempotent.
   virtual void configure_model() {}
-  virtual OptimizerConfig configure_optimizers() = 0;
+  /// One optimizer (an OptimizerConfig, or the optimizer alone) or several (a list; they need
+  /// manual optimization). Called once per fit, after configure_model().
+  virtual Optimizers configure_optimizers() = 0;
+
+  // ---- manual optimization (Lightning's names) -----------------------------------------------
+  /// Set to false (in the constructor) to step the optimizers in training_step yourself:
+  /// optimizers(), manual_backward(), LightningOptimizer::step() / zero_grad(), lr_schedulers().
+  /// The Trainer then neither steps, zeroes, clips nor accumulates; training_step may return an
+  /// undefined tensor. Several optimizers require it.
+  bool automatic_optimization = true;
+  /// The optimizers configure_optimizers returned, in order (during fit only).
+  std::vector<LightningOptimizer*> optimizers();
+  /// The schedulers configure_optimizers returned, in order (null entries left out; during fit only).
+  std::vector<LRScheduler*> lr_schedulers();
+  /// Backward of `loss` as the strategy runs it (precision scaling, DDP / FSDP gradient
+  /// synchronization) with the on_before_backward / on_after_backward hooks. Call it instead of
+  /// loss.backward() under manual optimization.
+  void manual_backward(const torch::Tensor& loss);
+  /// Only `optimizer`'s parameters require gradients until untoggle_optimizer (the others' flags
+  /// are restored then): a backward for one optimizer leaves the others' gradients untouched.
+  void toggle_optimizer(LightningOptimizer& optimizer);
+  void untoggle_optimizer(LightningOptimizer& optimizer);
+  /// Clips `optimizer`'s gradients by total norm or by value (across ranks when sharded); returns
+  /// the total norm before clipping. For manual optimization (trainer.gradient_clip_val is automatic).
+  double clip_gradients(LightningOptimizer& optimizer, double gradient_clip_val,
+                        GradientClipAlgorithm algorithm = GradientClipAlgorithm::Norm);
 
   // ---- steps -----------------------------------------------------------------------------
   /// Returns the loss to minimize.
@@ -94,8 +151,18 @@ class LightningModule : public torch::nn::Module {
   virtual YAML::Node hparams() const { return YAML::Node(YAML::NodeType::Map); }
 
   // ---- logging ----------------------------------------------------------------------------
+  /// Logs a one-element tensor (detached and copied; it stays on its device until a row is
+  /// written or a metric is read, so logging never waits for the device) or a number. ConfigError
+  /// outside fit/validate/test, in predict, for a tensor of several elements, an unknown reduce_fx,
+  /// a batch_size <= 0, a name given another reduce_fx earlier in the epoch, or a name colliding
+  /// with another's "_step" / "_epoch" name.
   void log(const std::string& name, const torch::Tensor& value, LogOptions options = {});
   void log(const std::string& name, double value, LogOptions options = {});
+  /// log() of every entry with the same options (Lightning's log_dict). Every value is checked
+  /// first: one that is not a one-element tensor is a ConfigError naming its key, and nothing is
+  /// logged.
+  void log_dict(const std::map<std::string, torch::Tensor>& values, LogOptions options = {});
+  void log_dict(const std::map<std::string, double>& values, LogOptions options = {});
 
   /// The trainer running this module, or nullptr outside fit/validate/test.
   Trainer* trainer() const { return trainer_; }
@@ -104,10 +171,18 @@ class LightningModule : public torch::nn::Module {
     trainer_ = trainer;
     log_sink_ = sink;
   }
+  /// Hands the module its optimizers for manual optimization (non-owning; empty to detach).
+  void attach_optimizers(std::vector<LightningOptimizer*> optimizers, std::vector<LRScheduler*> schedulers) {
+    optimizers_ = std::move(optimizers);
+    schedulers_ = std::move(schedulers);
+  }
 
  private:
   Trainer* trainer_ = nullptr;
   LogSink* log_sink_ = nullptr;
+  std::vector<LightningOptimizer*> optimizers_;
+  std::vector<LRScheduler*> schedulers_;
+  LightningOptimizer& checked(LightningOptimizer& optimizer, const char* what) const;
 };
 
 namespace detail {

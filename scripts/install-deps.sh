@@ -4,6 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake libtorch-dev libgloo-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 clang-format
       libcurl4-openssl-dev nlohmann-json3-dev)
+# TensorBoard's event files are protocol buffers: the library and its compiler for the vendored
+# .proto files (loggers/proto).
+pkgs+=(libprotobuf-dev protobuf-compiler)
 # Debian's LibTorch calls the system BLAS (libblas.so.3), which is the single-threaded netlib
 # reference unless an optimized one is installed. OpenBLAS (OpenMP build, so it follows
 # torch::set_num_threads like the rest of ATen) takes over that alternative and makes the CPU

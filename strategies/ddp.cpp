@@ -198,6 +198,7 @@ void DDPStrategy::launch(size_t bi) {
     if (last) parts.push_back(local_flags().to(first.device(), first.scalar_type()));
     b.flat = torch::cat(parts);
   }
+  auto scope = profile(profiler_, "[DDP]all_reduce_bucket");  // the launch; the wait is all_reduce_wait
   b.work = process_group().all_reduce_async(b.flat, ReduceOp::Mean);
 }
 
@@ -228,7 +229,9 @@ void DDPStrategy::run_backward(LightningModule& module, const torch::Tensor& los
 }
 
 void DDPStrategy::finish_sync() {
+  auto wait_scope = profile(profiler_, "[DDP]all_reduce_wait");
   for (auto& b : buckets_) b.work.wait();
+  wait_scope.end();
   const int64_t n = static_cast<int64_t>(slots_.size());
   const Bucket& lastb = buckets_.back();
   const torch::Tensor flags =

@@ -48,26 +48,31 @@ Batch Strategy::batch_to_device(const Batch& batch) const {
 }
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
+  auto scope = profile(profiler_, "training_step");
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
   return module.training_step(batch_to_device(batch), batch_idx);
 }
 
 void Strategy::validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
+  auto scope = profile(profiler_, "validation_step");
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
   module.validation_step(batch_to_device(batch), batch_idx, dataloader_idx);
 }
 
 void Strategy::test_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
+  auto scope = profile(profiler_, "test_step");
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
   module.test_step(batch_to_device(batch), batch_idx, dataloader_idx);
 }
 
 Batch Strategy::predict_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
+  auto scope = profile(profiler_, "predict_step");
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
   return module.predict_step(batch_to_device(batch), batch_idx, dataloader_idx);
 }
 
 void Strategy::backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) {
+  auto scope = profile(profiler_, "backward");
   run_backward(module, precision_.scale_loss(loss), sync_gradients);
 }
 
@@ -101,12 +106,16 @@ double Strategy::clip_gradients(torch::optim::Optimizer& optimizer, double value
 }
 
 bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer, const std::function<void()>& before_step) {
-  return precision_.optimizer_step(optimizer, before_step, [&] {
+  auto scope = profile(profiler_, "optimizer_step");
+  const bool stepped = precision_.optimizer_step(optimizer, before_step, [&] {
     if (!fused_adam_step(optimizer)) optimizer.step();
   });
+  after_optimizer_step();
+  return stepped;
 }
 
 void Strategy::zero_grad(torch::optim::Optimizer& optimizer) {
+  auto scope = profile(profiler_, "zero_grad");
   for (auto& g : optimizer.param_groups())
     for (auto& p : g.params())
       if (p.grad().defined()) p.mutable_grad() = torch::Tensor();  // set_to_none, as PyTorch 2 does
@@ -145,23 +154,22 @@ StateComm& Strategy::state_comm() {
   return *state_comm_;
 }
 
-StateLayout Strategy::state_layout(LightningModule& module, torch::optim::Optimizer* optimizer) {
+StateLayout Strategy::state_layout(LightningModule& module, const OptimizerList& optimizers) {
   StateLayout l;
   for (auto& kv : module.named_parameters()) l.params.emplace_back(kv.key(), kv.value());
   for (auto& kv : module.named_buffers()) l.buffers.emplace_back(kv.key(), kv.value());
-  l.optimizer = optimizer;
+  l.optimizers = optimizers;
   return l;
 }
 
-void Strategy::save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
-                               const CheckpointHeader& header, const std::string& path) {
+void Strategy::save_checkpoint(LightningModule& module, const OptimizerList& optimizers, const CheckpointHeader& header,
+                               const std::string& path) {
   const CheckpointFormat format = checkpoint_format() == "sharded" ? CheckpointFormat::Sharded : CheckpointFormat::Full;
-  save_state(state_layout(module, optimizer), header, path, format, state_comm());
+  save_state(state_layout(module, optimizers), header, path, format, state_comm());
 }
 
-void Strategy::load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
-                               const CheckpointReader& ckpt) {
-  load_state(state_layout(module, optimizer), ckpt);
+void Strategy::load_checkpoint(LightningModule& module, const OptimizerList& optimizers, const CheckpointReader& ckpt) {
+  load_state(state_layout(module, optimizers), ckpt);
 }
 
 void detail::agree_or_throw(Strategy& s, const std::string& local_error, const std::string& what) {

@@ -20,6 +20,7 @@
 #include "volt/distributed/reduce_op.h"
 #include "volt/module/data.h"
 #include "volt/module/lr_scheduler.h"
+#include "volt/profiler/profiler.h"
 #include "volt/strategies/precision.h"
 #include "volt/strategies/strategy_options.h"
 
@@ -78,6 +79,10 @@ class Strategy {
   /// distributed strategies tell the other ranks, which stop naming this rank instead of waiting
   /// for it in their next collective. Must not throw.
   virtual void on_exception(const std::exception& error) {}
+  /// The profiler that times the strategy's phases (profiler/profiler.h), lent by the Trainer;
+  /// nullptr (the default) turns the marks off.
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
+  Profiler* profiler() const { return profiler_; }
   /// Extra lines for the model summary (FSDP: its units and the bytes each rank holds).
   virtual std::string describe_module(LightningModule& module) { return {}; }
 
@@ -115,27 +120,29 @@ class Strategy {
   /// The full model state with the user's parameter and buffer names, on every rank (gathered if
   /// sharded): for inspection, tests and export. Checkpoints stream instead (save_checkpoint).
   virtual std::map<std::string, torch::Tensor> model_state_dict(LightningModule& module);
-  /// How this rank holds the module's (and, unless `optimizer` is null, the optimizer's) state, for
+  /// How this rank holds the module's (and, unless `optimizers` is empty, the optimizers') state, for
   /// checkpoint/ to write or read (checkpoint/state_layout.h). Default: whole tensors.
-  virtual StateLayout state_layout(LightningModule& module, torch::optim::Optimizer* optimizer);
+  virtual StateLayout state_layout(LightningModule& module, const OptimizerList& optimizers);
   /// The format save_checkpoint writes: "full", or "sharded" (FSDP with state_dict_type sharded).
   virtual std::string checkpoint_format() const { return "full"; }
   /// Writes a checkpoint of state_layout() at `path` through checkpoint/state_io.h; every rank must
   /// call it. `header` carries epoch, step, meta and this rank's RNG states. A full checkpoint is
   /// written by rank 0 and never held whole in memory. A failure on any rank throws CheckpointError
   /// on every rank.
-  void save_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const CheckpointHeader& header,
+  void save_checkpoint(LightningModule& module, const OptimizerList& optimizers, const CheckpointHeader& header,
                        const std::string& path);
-  /// Loads the model and, when `optimizer` is given and the checkpoint has it, the optimizer state
+  /// Loads the model and, when `optimizers` is not empty and the checkpoint has it, the optimizer state
   /// from a checkpoint of either format saved by any strategy and world size (FSDP reads just its own
   /// shard's ranges). Throws CheckpointError naming the file on any mismatch.
-  void load_checkpoint(LightningModule& module, torch::optim::Optimizer* optimizer, const CheckpointReader& checkpoint);
+  void load_checkpoint(LightningModule& module, const OptimizerList& optimizers, const CheckpointReader& checkpoint);
   /// The collectives checkpoint/ needs, over this strategy's ranks.
   StateComm& state_comm();
 
  protected:
   /// loss.backward() with the strategy's gradient synchronization (DDP, FSDP override it).
   virtual void run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients);
+  /// Called after every optimizer_step (FSDP refreshes a root gathered for a manual step's next forward).
+  virtual void after_optimizer_step() {}
   /// Sum of a local squared norm across the ranks that hold different gradient pieces.
   virtual double reduce_grad_norm_sq(double local) { return local; }
 
@@ -144,6 +151,7 @@ class Strategy {
   int64_t device_index_ = 0;  // CUDA device of this rank (local rank modulo the visible GPUs)
   ModulePolicy ac_policy_;
   std::unique_ptr<StateComm> state_comm_;
+  Profiler* profiler_ = nullptr;  // borrowed from the Trainer
   std::string ac_key_ = "trainer.strategy.activation_checkpointing_policy";
 };
 

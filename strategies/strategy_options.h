@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "volt/core/options.h"
+#include "volt/module/optimizer_config.h"  // GradientClipAlgorithm
 
 namespace torch::nn {
 class Module;
@@ -94,19 +95,6 @@ struct ChoiceNames<StateDictType> {
     return n;
   }
   static std::string normalize(const std::string& s) { return detail::to_lower(s); }
-};
-
-/// Lightning's gradient_clip_algorithm: "norm" (scale all gradients to a total L2 norm) or "value"
-/// (clamp each element).
-enum class GradientClipAlgorithm { Norm, Value };
-template <>
-struct ChoiceNames<GradientClipAlgorithm> {
-  static const std::vector<std::pair<GradientClipAlgorithm, const char*>>& names() {
-    static const std::vector<std::pair<GradientClipAlgorithm, const char*>> n = {
-        {GradientClipAlgorithm::Norm, "norm"}, {GradientClipAlgorithm::Value, "value"}};
-    return n;
-  }
-  static std::string normalize(const std::string& s) { return s; }
 };
 
 struct FSDPOptions {

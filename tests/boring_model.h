@@ -84,7 +84,7 @@ class BoringModel : public LightningModule {
     auto out = forward(batch[0]);
     log("test_loss", torch::mse_loss(out, torch::ones_like(out)), {.sync_dist = true});
   }
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     OptimizerConfig c;
     if (o_.adam)
       c.optimizer = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(o_.lr));

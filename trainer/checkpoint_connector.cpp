@@ -9,6 +9,7 @@
 
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpoint_reader.h"
+#include "volt/checkpoint/optimizer_hparams.h"
 #include "volt/checkpoint/rng_state.h"
 #include "volt/core/errors.h"
 #include "volt/core/files.h"
@@ -42,33 +43,78 @@ YAML::Node loops_state(const CheckpointReader& ck) {
 }  // namespace
 
 YAML::Node CheckpointConnector::SchedulerState::state_dict() const {
-  YAML::Node n(YAML::NodeType::Map);
-  n["name"] = config_.lr_scheduler->name();
-  n["last_epoch"] = config_.lr_scheduler->last_epoch();
-  return n;
+  // One entry per optimizer in configure_optimizers' order (null: no scheduler), so that several
+  // schedulers restore into the right optimizers. One scheduler alone keeps the single-map form.
+  const Optimizers& o = optimization_.optimizers();
+  auto one = [](const LRScheduler& s) {
+    YAML::Node n = s.state_dict();
+    n["name"] = s.name();
+    return n;
+  };
+  if (o.size() == 1) return one(*o[0].lr_scheduler);
+  YAML::Node list(YAML::NodeType::Sequence);
+  for (const auto& c : o.configs) list.push_back(c.lr_scheduler ? one(*c.lr_scheduler) : YAML::Node());
+  return list;
 }
 
 void CheckpointConnector::SchedulerState::load_state_dict(const YAML::Node& state) {
-  config_.lr_scheduler->set_last_epoch(state["last_epoch"].as<int64_t>());
+  const Optimizers& o = optimization_.optimizers();
+  const size_t saved = state.IsSequence() ? state.size() : 1;
+  VOLT_CHECK(saved == o.size(), CheckpointError, "the checkpoint holds the LR schedulers of ", saved,
+             " optimizer(s), configure_optimizers returned ", o.size(),
+             ": resume with the same optimizers, or load the weights alone");
+  for (size_t i = 0; i < o.size(); ++i) {
+    const YAML::Node s = state.IsSequence() ? state[i] : state;
+    LRScheduler* sched = o[i].lr_scheduler.get();
+    VOLT_CHECK((s && !s.IsNull()) == (sched != nullptr), CheckpointError, "optimizer ", i,
+               sched ? " has an LR scheduler the checkpoint did not save"
+                     : " has no LR scheduler, but the checkpoint saved one",
+               ": resume with the same configure_optimizers, or load the weights alone");
+    if (!sched) continue;
+    const std::string name = s["name"] ? s["name"].as<std::string>() : sched->name();
+    VOLT_CHECK(name == sched->name(), CheckpointError, "optimizer ", i, ": the checkpoint's LR scheduler is ", name,
+               ", this run's is ", sched->name(), ": resume with the same scheduler, or load the weights alone");
+    sched->load_state_dict(s);
+  }
+}
+
+YAML::Node CheckpointConnector::OptimizerHparamsState::state_dict() const {
+  YAML::Node list(YAML::NodeType::Sequence);
+  for (const auto& c : optimization_.optimizers().configs) list.push_back(optimizer_hparams(*c.optimizer));
+  return list;
+}
+
+void CheckpointConnector::OptimizerHparamsState::load_state_dict(const YAML::Node& state) {
+  const Optimizers& o = optimization_.optimizers();
+  VOLT_CHECK(state.IsSequence() && state.size() == o.size(), CheckpointError, "the checkpoint holds ",
+             state.IsSequence() ? state.size() : 0, " optimizer(s), configure_optimizers returned ", o.size(),
+             ": resume with the same optimizers, or load the weights alone");
+  for (size_t i = 0; i < o.size(); ++i)
+    load_optimizer_hparams(*o[i].optimizer, state[i], detail::str_cat("optimizer ", i));
 }
 
 CheckpointConnector::CheckpointConnector(Trainer& trainer, const TrainerOptions& options, Strategy& strategy,
                                          std::vector<std::shared_ptr<Callback>>& callbacks, HookDispatcher& hooks,
-                                         FitLoop& fit_loop, OptimizerConfig& optimizer, const YAML::Node& config)
+                                         FitLoop& fit_loop, Optimization& optimization, const YAML::Node& config)
     : trainer_(trainer),
       options_(options),
       strategy_(strategy),
       callbacks_(callbacks),
       hooks_(hooks),
       fit_loop_(fit_loop),
-      opt_(optimizer),
+      optimization_(optimization),
       config_(config),
-      scheduler_state_(optimizer) {}
+      scheduler_state_(optimization),
+      optimizer_hparams_(optimization) {}
 
 std::vector<CheckpointConnector::Entry> CheckpointConnector::entries() {
   std::vector<Entry> out;
   out.push_back({kLoopsKey, "", &fit_loop_, true});
-  if (opt_.lr_scheduler) out.push_back({"lr_schedulers", "", &scheduler_state_, true});
+  bool any_scheduler = false;
+  for (const auto& c : optimization_.optimizers().configs) any_scheduler = any_scheduler || c.lr_scheduler;
+  if (any_scheduler) out.push_back({"lr_schedulers", "", &scheduler_state_, true});
+  // Param-group hyper-parameters (lr, betas, ...) travel with the optimizer state, as PyTorch's.
+  if (!optimization_.empty()) out.push_back({"optimizers", "", &optimizer_hparams_, false});
   for (auto& c : callbacks_) out.push_back({"callbacks", c->state_key(), c.get(), false});
   // Without a loss scaler there is nothing to save (and loading is a no-op).
   if (strategy_.precision().grad_scaler()) out.push_back({"grad_scaler", "", &strategy_.precision(), false});
@@ -96,6 +142,7 @@ std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path)
 }
 
 void CheckpointConnector::restore(LightningModule& module, const std::string& ckpt_path) {
+  auto scope = profile(strategy_.profiler(), "load_checkpoint");
   const std::string path = resolve_ckpt_path(ckpt_path);
   spdlog::info("Restoring states from the checkpoint path at {}", path);
   // Every rank reads for itself (FSDP: only its own ranges); all agree before going on, so a rank
@@ -104,14 +151,14 @@ void CheckpointConnector::restore(LightningModule& module, const std::string& ck
   std::string error;
   try {
     reader = std::make_unique<CheckpointReader>(path);
-    strategy_.load_checkpoint(module, opt_.optimizer.get(), *reader);
+    strategy_.load_checkpoint(module, optimization_.optimizer_list(), *reader);
   } catch (const std::exception& e) {
     error = e.what();
   }
   detail::agree_or_throw(strategy_, error, "restoring checkpoint '" + path + "'");
   const CheckpointReader& ck = *reader;
   const YAML::Node& meta = ck.meta();
-  if (opt_.optimizer && ck.names(kOptimizerSection).empty())
+  if (!optimization_.empty() && ck.names(kOptimizerSection).empty())
     spdlog::warn("Checkpoint {} has no optimizer state (saved with weights_only?): the optimizer starts fresh", path);
   for (const Entry& e : entries()) {
     const YAML::Node state = e.section == kLoopsKey ? loops_state(ck) : lookup(meta, e.section, e.name);
@@ -134,6 +181,7 @@ void CheckpointConnector::restore_rng(const CheckpointReader& ck) {
 }
 
 void CheckpointConnector::save(LightningModule& module, const std::string& path, bool weights_only) {
+  auto scope = profile(strategy_.profiler(), "save_checkpoint");
   CheckpointHeader header;
   header.epoch = fit_loop_.progress().epoch;
   header.global_step = fit_loop_.progress().global_step;
@@ -159,7 +207,7 @@ void CheckpointConnector::save(LightningModule& module, const std::string& path,
   CheckpointMeta cm{YAML::Node(YAML::NodeType::Map)};
   hooks_.on_save_checkpoint(module, cm);
   header.meta["extra"] = cm.extra;
-  strategy_.save_checkpoint(module, weights_only ? nullptr : opt_.optimizer.get(), header, path);
+  strategy_.save_checkpoint(module, weights_only ? OptimizerList{} : optimization_.optimizer_list(), header, path);
 }
 
 }  // namespace volt

@@ -6,14 +6,16 @@
 ///
 /// Everything else a resumed run needs is a Stateful, saved under a key of the metadata:
 ///   "loops"                 the FitLoop's progress (also with weights_only)
-///   "lr_schedulers"         the LR scheduler, {name, last_epoch} (when there is one; also with weights_only)
+///   "lr_schedulers"         the LR schedulers' state_dict with their name (when there is one; a list
+///                           with several optimizers; also with weights_only)
+///   "optimizers"            each optimizer's param-group hyper-parameters (lr, betas, ...)
 ///   "callbacks/<state_key>" each callback, at meta["callbacks"][state_key]
 ///   "grad_scaler"           the Precision's loss scaler (when there is one)
 ///   "datamodule"            the LightningDataModule given to fit (when there is one)
 /// RNG states are tensors, not YAML: they travel in the header's rng_states (one set per rank).
 ///
 /// Ownership: borrows the Trainer (for "last" and the hooks), its options, Strategy, callbacks,
-/// hook dispatcher, fit loop, optimizer configuration and config. Thread-safety: the training
+/// hook dispatcher, fit loop, Optimization and config. Thread-safety: the training
 /// thread only; save and restore are collective (every rank calls them).
 #include <memory>
 #include <string>
@@ -26,6 +28,7 @@
 #include "volt/strategies/strategy.h"
 #include "volt/trainer/fit_loop.h"
 #include "volt/trainer/hook_dispatcher.h"
+#include "volt/trainer/optimization.h"
 #include "volt/trainer/trainer_options.h"
 
 namespace volt {
@@ -34,7 +37,7 @@ class CheckpointConnector {
  public:
   CheckpointConnector(Trainer& trainer, const TrainerOptions& options, Strategy& strategy,
                       std::vector<std::shared_ptr<Callback>>& callbacks, HookDispatcher& hooks, FitLoop& fit_loop,
-                      OptimizerConfig& optimizer, const YAML::Node& config);
+                      Optimization& optimization, const YAML::Node& config);
 
   /// `ckpt_path`, or for "last" the last.ckpt a ModelCheckpoint wrote (CheckpointError if none).
   std::string resolve_ckpt_path(const std::string& ckpt_path) const;
@@ -57,15 +60,25 @@ class CheckpointConnector {
   /// Every Stateful in saving order (loops, lr_schedulers, callbacks, grad_scaler).
   std::vector<Entry> entries();
 
-  /// The LR scheduler of the optimizer configuration as a Stateful.
+  /// The LR schedulers of the optimizers as a Stateful (a list with several optimizers).
   class SchedulerState : public Stateful {
    public:
-    explicit SchedulerState(OptimizerConfig& config) : config_(config) {}
+    explicit SchedulerState(Optimization& optimization) : optimization_(optimization) {}
     YAML::Node state_dict() const override;
     void load_state_dict(const YAML::Node& state) override;
 
    private:
-    OptimizerConfig& config_;
+    Optimization& optimization_;
+  };
+  /// Each optimizer's param-group hyper-parameters (checkpoint/optimizer_hparams.h).
+  class OptimizerHparamsState : public Stateful {
+   public:
+    explicit OptimizerHparamsState(Optimization& optimization) : optimization_(optimization) {}
+    YAML::Node state_dict() const override;
+    void load_state_dict(const YAML::Node& state) override;
+
+   private:
+    Optimization& optimization_;
   };
 
   /// This rank's random generators as the checkpoint saved them (kept out of Stateful: tensors).
@@ -77,9 +90,10 @@ class CheckpointConnector {
   std::vector<std::shared_ptr<Callback>>& callbacks_;
   HookDispatcher& hooks_;
   FitLoop& fit_loop_;
-  OptimizerConfig& opt_;
+  Optimization& optimization_;
   const YAML::Node& config_;
   SchedulerState scheduler_state_;
+  OptimizerHparamsState optimizer_hparams_;
   LightningDataModule* datamodule_ = nullptr;
 };
 

@@ -31,6 +31,7 @@ void DataConnector::prepare(LightningDataModule& data, const std::string& stage)
 void DataConnector::attach(DataLoader& loader, bool pad) { strategy_.setup_dataloader(loader, pad); }
 
 std::optional<Batch> DataConnector::next_batch(BatchStream& stream, const DataLoader& loader) {
+  auto scope = profile(strategy_.profiler(), "dataloader_next");
   std::optional<Batch> b = stream.next();
   if (!loader.is_iterable() || strategy_.world_size() < 2) return b;
   const auto all = strategy_.all_reduce(torch::tensor({b ? 1.0 : 0.0}, torch::kDouble), ReduceOp::Min);

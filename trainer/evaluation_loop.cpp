@@ -11,6 +11,9 @@ void EvaluationLoop::run(LightningModule& module, const std::vector<DataLoader*>
                          const BatchCount& count, const FitProgress& progress) {
   const RunningStage saved = stage_;
   stage_ = stage;
+  auto scope = profile(strategy_.profiler(), stage == RunningStage::Test     ? "run_test"
+                                             : stage == RunningStage::Sanity ? "run_sanity_check"
+                                                                             : "run_validation");
   const bool was_training = module.is_training();
   module.eval();
   torch::NoGradGuard ng;
@@ -51,6 +54,7 @@ void EvaluationLoop::run_loader(LightningModule& module, DataLoader& loader, int
   for (int64_t i = 0; i < max_batches; ++i) {
     std::optional<Batch> b = data_.next_batch(stream, loader);
     if (!b) break;
+    metrics_.set_batch(*b);
     try {
       if (is_val)
         strategy_.validation_step(module, *b, i, d);

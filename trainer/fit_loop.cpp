@@ -28,6 +28,8 @@ bool FitLoop::done() const {
 void FitLoop::run(LightningModule& module, DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders) {
   module_ = &module;
   stage_ = RunningStage::Train;
+  // Under manual optimization each LightningOptimizer::step() is a global step, as in Lightning.
+  optimization_.set_step_counter([this] { ++progress_.global_step; });
   hooks_.on_train_start(module);
   // A checkpoint saved at the end of an epoch resumes at the next one.
   if (progress_.epoch_done || progress_.batch_in_epoch >= num_training_batches_) next_epoch();
@@ -43,17 +45,9 @@ void FitLoop::run(LightningModule& module, DataLoader& train_loader, const std::
 }
 
 void FitLoop::optimizer_step_and_schedule() {
-  auto& opt = *opt_.optimizer;
-  const bool stepped = strategy_.optimizer_step(opt, [&] {
-    hooks_.on_before_optimizer_step(*module_, opt);
-    if (options_.gradient_clip_val && *options_.gradient_clip_val > 0)
-      strategy_.clip_gradients(opt, *options_.gradient_clip_val, options_.gradient_clip_algorithm.value());
-  });
+  const bool stepped = optimization_.automatic_step(*module_, progress_.global_step + 1);
   if (!stepped) spdlog::debug("step {}: inf/nan gradients, optimizer step skipped", progress_.global_step);
-  strategy_.zero_grad(opt);
   ++progress_.global_step;
-  if (opt_.lr_scheduler && opt_.interval == SchedulerInterval::Step && progress_.global_step % opt_.frequency == 0)
-    opt_.lr_scheduler->step();
 }
 
 void FitLoop::next_epoch() {
@@ -64,7 +58,9 @@ void FitLoop::next_epoch() {
 
 void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders, int64_t start_batch) {
   LightningModule& module = *module_;
-  train_loader.set_epoch(progress_.epoch);
+  auto epoch_scope = profile(strategy_.profiler(), "run_training_epoch");
+  // overfit_batches: the same batches in the same order every epoch.
+  train_loader.set_epoch(options_.overfitting() ? 0 : progress_.epoch);
   const int64_t n = num_training_batches_;
   const bool unknown_length = n == DataLoader::kUnknownLength;
   const int64_t accum = options_.accumulate_grad_batches;
@@ -79,6 +75,8 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
   }
   const bool val_at_end = !val_loaders.empty() && unknown_length && options_.val_check_interval.is_fraction &&
                           (progress_.epoch + 1) % options_.check_val_every_n_epoch == 0;
+  const bool automatic = module.automatic_optimization;
+  auto callback_metrics = [this]() -> const std::map<std::string, double>& { return metrics_.callback_metrics(); };
   module.train();
   metrics_.reset_epoch(Metrics::Loop::Train);
   hooks_.on_train_epoch_start(module);
@@ -91,27 +89,39 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
     Batch b = std::move(*ahead);
     ahead = i + 1 < n ? data_.next_batch(stream, train_loader) : std::nullopt;
     const bool last = !ahead;
+    metrics_.set_batch(b);  // the batch size that weighs epoch means (Lightning's on_batch_start)
     hooks_.on_train_batch_start(module, b, i);
     const bool last_micro = ((i + 1) % accum == 0) || last;
+    auto batch_scope = profile(strategy_.profiler(), "run_training_batch");
     torch::Tensor loss = strategy_.training_step(module, b, i);
-    VOLT_CHECK(loss.defined() && loss.numel() == 1, ConfigError, "training_step must return a scalar loss");
-    check_step(loss, i);
-    torch::Tensor scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
-    hooks_.on_before_backward(module, scaled);
-    strategy_.backward(module, scaled, last_micro);
-    hooks_.on_after_backward(module);
-    if (last_micro) optimizer_step_and_schedule();
+    if (automatic) {
+      VOLT_CHECK(loss.defined() && loss.numel() == 1, ConfigError, "training_step must return a scalar loss");
+      check_step(loss, i);
+      torch::Tensor scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
+      hooks_.on_before_backward(module, scaled);
+      strategy_.backward(module, scaled, last_micro);
+      hooks_.on_after_backward(module);
+      if (last_micro) optimizer_step_and_schedule();
+    } else {
+      // Manual optimization: training_step stepped its optimizers (and counted the global steps).
+      VOLT_CHECK(!loss.defined() || loss.numel() == 1, ConfigError,
+                 "training_step must return a scalar loss or an undefined tensor, got shape ", loss.sizes());
+      check_step(loss, i);
+    }
+    batch_scope.end();
     // Epoch-interval schedulers step right after the epoch's last optimizer step, as Lightning 2.x
     // does, so checkpoints written by epoch-end hooks already hold the stepped scheduler.
-    if (last && opt_.lr_scheduler && opt_.interval == SchedulerInterval::Epoch &&
-        (progress_.epoch + 1) % opt_.frequency == 0)
-      opt_.lr_scheduler->step();
+    if (last) optimization_.epoch_end_schedulers(progress_.epoch);
     progress_.batch_in_epoch = i + 1;
     if (last) progress_.epoch_done = true;
-    if (last_micro && progress_.global_step % options_.log_every_n_steps == 0) metrics_.flush_step_metrics(progress_);
-    const torch::Tensor loss_d = loss.detach();
+    const bool log_now = automatic ? last_micro && progress_.global_step % options_.log_every_n_steps == 0
+                                   : (i + 1) % options_.log_every_n_steps == 0;
+    if (log_now) metrics_.flush_step_metrics(progress_);
+    const torch::Tensor loss_d = loss.defined() ? loss.detach() : loss;
     hooks_.on_train_batch_end(module, loss_d, b, i);
     if ((val_every > 0 && (i + 1) % val_every == 0) || (val_at_end && last)) run_validation(module, val_loaders);
+    // ReduceLROnPlateau with interval "step": after the step's validation, as Lightning.
+    if (last_micro) optimization_.plateau_schedulers(SchedulerInterval::Step, progress_.global_step, callback_metrics);
     if (requeue_pending_) {
       requeue_pending_ = false;
       throw TrainingError(save_and_requeue_());
@@ -151,7 +161,7 @@ FitLoop::StepVerdict FitLoop::agree(bool finite) {
 
 void FitLoop::check_step(const torch::Tensor& loss, int64_t batch_idx) {
   // Under 16-mixed the loss scaler skips steps with inf/nan gradients by design.
-  const bool check_loss = strategy_.precision().grad_scaler() == nullptr;
+  const bool check_loss = strategy_.precision().grad_scaler() == nullptr && loss.defined();
   const bool finite = !check_loss || torch::isfinite(loss.detach()).all().item<bool>();
   const StepVerdict v = agree(finite);
   if (v.any_signal && requeue_signal_ != 0 && v.signal == requeue_signal_) {
@@ -166,8 +176,8 @@ void FitLoop::check_step(const torch::Tensor& loss, int64_t batch_idx) {
   throw TrainingError(detail::str_cat(
       "step ", progress_.global_step, " (epoch ", progress_.epoch, ", batch ", batch_idx, "): the training loss is ",
       v.bad == strategy_.global_rank() ? std::to_string(loss.item<double>()) : std::string("not finite"), " on rank ",
-      v.bad,
-      ": training diverged and was stopped before this step's update; the checkpoints already written are kept. "
+      v.bad, ": training diverged and was stopped", module_->automatic_optimization ? " before this step's update" : "",
+      "; the checkpoints already written are kept. "
       "Lower the learning rate, clip gradients (trainer.gradient_clip_val), or set trainer.detect_anomaly: true to "
       "find the operation that produced it"));
 }
@@ -194,6 +204,11 @@ void FitLoop::end_epoch() {
   metrics_.publish_epoch(Metrics::Loop::Train);
   hooks_.on_train_epoch_end(*module_);
   metrics_.finish_epoch(Metrics::Loop::Train, progress_);
+  // ReduceLROnPlateau with interval "epoch": after the epoch's validation and logging (Lightning's
+  // FitLoop.on_advance_end).
+  optimization_.plateau_schedulers(
+      SchedulerInterval::Epoch, progress_.epoch + 1,
+      [this]() -> const std::map<std::string, double>& { return metrics_.callback_metrics(); });
 }
 
 void FitLoop::run_validation(LightningModule& module, const std::vector<DataLoader*>& val_loaders) {

@@ -5,7 +5,7 @@
 /// the checkpoint's meta["loops"]: {batch_in_epoch, epoch, global_step}.
 ///
 /// Ownership: borrows the options, Strategy, hook dispatcher, metrics, evaluation loop, the
-/// Trainer's optimizer configuration, stage and should_stop flag; owns the progress, which lasts
+/// Trainer's Optimization, stage and should_stop flag; owns the progress, which lasts
 /// across fit calls. Thread-safety: the training thread only.
 #include <cstdint>
 #include <functional>
@@ -19,6 +19,7 @@
 #include "volt/trainer/evaluation_loop.h"
 #include "volt/trainer/hook_dispatcher.h"
 #include "volt/trainer/metrics.h"
+#include "volt/trainer/optimization.h"
 #include "volt/trainer/trainer_options.h"
 #include "volt/trainer/trainer_state.h"
 
@@ -27,7 +28,7 @@ namespace volt {
 class FitLoop : public Stateful {
  public:
   FitLoop(const TrainerOptions& options, Strategy& strategy, HookDispatcher& hooks, Metrics& metrics,
-          EvaluationLoop& evaluation, DataConnector& data, OptimizerConfig& optimizer, RunningStage& stage,
+          EvaluationLoop& evaluation, DataConnector& data, Optimization& optimization, RunningStage& stage,
           const bool& should_stop)
       : options_(options),
         strategy_(strategy),
@@ -35,7 +36,7 @@ class FitLoop : public Stateful {
         metrics_(metrics),
         evaluation_(evaluation),
         data_(data),
-        opt_(optimizer),
+        optimization_(optimization),
         stage_(stage),
         should_stop_(should_stop) {}
 
@@ -68,7 +69,8 @@ class FitLoop : public Stateful {
 
  private:
   /// Stops training (TrainingError on every rank, naming the step and the rank) if the loss is nan
-  /// or inf on any rank, or if any rank received SIGINT/SIGTERM (core/signals.h). Collective.
+  /// or inf on any rank, or if any rank received SIGINT/SIGTERM (core/signals.h). Collective. An
+  /// undefined loss (manual optimization may return none) counts as finite.
   void check_step(const torch::Tensor& loss, int64_t batch_idx);
   struct StepVerdict {
     int64_t bad, signalled, signal;
@@ -93,7 +95,7 @@ class FitLoop : public Stateful {
   Metrics& metrics_;
   EvaluationLoop& evaluation_;
   DataConnector& data_;
-  OptimizerConfig& opt_;
+  Optimization& optimization_;
   RunningStage& stage_;
   const bool& should_stop_;
 

@@ -6,20 +6,26 @@
 /// module first. Events the module has no hook for (setup, teardown, on_validation_start/end,
 /// on_validation_batch_end, on_exception) reach the callbacks only.
 ///
-/// Ownership: borrows the Trainer (handed to every callback) and its callback list, which may
-/// grow between calls. Thread-safety: the training thread only.
+/// With a profiler (set_profiler), every hook call is timed under Lightning's names:
+/// "[Callback]ModelCheckpoint.on_train_epoch_end", "[LightningModule]MyModel.on_train_epoch_end".
+///
+/// Ownership: borrows the Trainer (handed to every callback), its callback list, which may grow
+/// between calls, and the profiler. Thread-safety: the training thread only.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "volt/callbacks/callback.h"
 #include "volt/module/lightning_module.h"
+#include "volt/profiler/profiler.h"
 
 namespace volt {
 
 class HookDispatcher {
  public:
   HookDispatcher(Trainer& trainer, std::vector<std::shared_ptr<Callback>>& callbacks);
+  /// Times each hook call on `profiler` (nullptr: none, the default).
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
 
   void setup(LightningModule& m, const std::string& stage);
   void teardown(LightningModule& m, const std::string& stage);
@@ -50,11 +56,16 @@ class HookDispatcher {
   void on_exception(LightningModule& m, const std::exception& e);
 
  private:
+  /// f(callback) for each callback (those `only` accepts, when given), timed as `hook` under a profiler.
   template <class F>
-  void callbacks(F&& f);
+  void callbacks(const char* hook, F&& f, bool (*only)(const Callback&) = nullptr);
+  /// f() (the module's `hook`), timed under a profiler.
+  template <class F>
+  void module_hook(LightningModule& m, const char* hook, F&& f);
 
   Trainer& trainer_;
   std::vector<std::shared_ptr<Callback>>& callbacks_;
+  Profiler* profiler_ = nullptr;
 };
 
 }  // namespace volt

@@ -11,6 +11,7 @@
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/model_summary.h"
 #include "volt/callbacks/progress_bar.h"
+#include "volt/callbacks/timer.h"
 #include "volt/core/errors.h"
 #include "volt/core/signals.h"
 #include "volt/trainer/strategy_factory.h"
@@ -20,6 +21,7 @@ namespace volt {
 namespace {
 TrainerOptions validated(TrainerOptions o) {
   o.validate();
+  o.apply_debugging_flags();
   return o;
 }
 
@@ -30,15 +32,33 @@ std::unique_ptr<Strategy> non_null(std::unique_ptr<Strategy> s) {
 }  // namespace
 
 Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks)
-    : options_(validated(std::move(options))), strategy_(make_strategy(options_)), callbacks_(std::move(callbacks)) {}
+    : options_(validated(std::move(options))), strategy_(make_strategy(options_)), callbacks_(std::move(callbacks)) {
+  init_profiler();
+}
 
 Trainer::Trainer(TrainerOptions options, std::unique_ptr<Strategy> strategy,
                  std::vector<std::shared_ptr<Callback>> callbacks)
     : options_(validated(std::move(options))),
       strategy_(non_null(std::move(strategy))),
-      callbacks_(std::move(callbacks)) {}
+      callbacks_(std::move(callbacks)) {
+  init_profiler();
+}
+
+void Trainer::init_profiler() {
+  profiler_ = make_profiler(options_.profiler);
+  strategy_->set_profiler(profiler_.get());
+  hooks_.set_profiler(profiler_.get());
+}
 
 Trainer::~Trainer() = default;
+
+void Trainer::set_loggers(std::vector<std::shared_ptr<Logger>> loggers) {
+  VOLT_CHECK(!logger_, ConfigError, "Trainer::set_loggers: call it before the first fit / validate / test");
+  for (size_t i = 0; i < loggers.size(); ++i)
+    VOLT_CHECK(loggers[i] != nullptr, ConfigError, "Trainer::set_loggers: logger ", i, " is null");
+  loggers_ = std::move(loggers);
+  loggers_given_ = true;
+}
 
 void Trainer::setup(LightningModule& module, const std::string& stage) {
   module_ = &module;
@@ -63,23 +83,15 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
   module.configure_model();
   strategy_->setup_module(module);
   if (stage == "fit") {
-    opt_config_ = module.configure_optimizers();
-    VOLT_CHECK(opt_config_.optimizer != nullptr, ConfigError, "configure_optimizers() returned no optimizer");
-    VOLT_CHECK(opt_config_.interval.is_valid(), ConfigError,
-               "configure_optimizers(): lr scheduler interval must be 'step' or 'epoch', got '", opt_config_.interval,
-               "'");
-    VOLT_CHECK(opt_config_.frequency >= 1, ConfigError, "configure_optimizers(): lr scheduler frequency must be >= 1");
-    auto& groups = opt_config_.optimizer->param_groups();
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const double lr = groups[g].options().get_lr();
-      VOLT_CHECK(std::isfinite(lr) && lr >= 0, ConfigError, "configure_optimizers(): param group ", g, " has lr ", lr,
-                 "; the learning rate must be a finite number >= 0");
-    }
-    strategy_->setup_optimizer(module, opt_config_);
+    optimization_.configure(module);
   }
   add_default_callbacks(stage);
-  if (options_.logger && strategy_->is_global_zero() && !logger_) {
-    logger_ = std::make_unique<CSVLogger>(options_.default_root_dir);
+  if (!strategy_->is_global_zero()) loggers_.clear();
+  // fast_dev_run: no logger, the given ones included (Lightning's DummyLogger).
+  if (!logger_ && strategy_->is_global_zero() && !options_.fast_dev_run &&
+      (loggers_given_ ? !loggers_.empty() : bool(options_.logger))) {
+    if (!loggers_given_) loggers_ = create_loggers(options_.logger, options_.default_root_dir);
+    logger_ = loggers_.size() == 1 ? loggers_.front() : std::make_shared<LoggerCollection>(loggers_);
     // One hparams.yaml for both, as Lightning merges the module's and the data module's.
     YAML::Node hp = YAML::Clone(module.hparams());
     if (datamodule_)
@@ -104,6 +116,11 @@ void Trainer::add_default_callbacks(const std::string& stage) {
     callbacks_.push_back(std::make_shared<ProgressBar>());
   if (options_.enable_model_summary && !has(static_cast<ModelSummary*>(nullptr)))
     callbacks_.push_back(std::make_shared<ModelSummary>());
+  if (stage == "fit" && options_.max_time && !has(static_cast<Timer*>(nullptr))) {
+    TimerOptions to;
+    to.duration = options_.max_time;
+    callbacks_.push_back(std::make_shared<Timer>(to));
+  }
   if (stage == "fit" && options_.enable_checkpointing && !has(static_cast<ModelCheckpoint*>(nullptr))) {
     ModelCheckpointOptions mc;
     mc.save_last = true;  // volt default: ckpt_path "last" always has something to resume from
@@ -112,8 +129,9 @@ void Trainer::add_default_callbacks(const std::string& stage) {
 }
 
 void Trainer::finish(LightningModule& module, const std::string& stage) {
-  if (logger_) logger_->flush();
+  if (logger_) logger_->finalize("success");
   hooks_.teardown(module, stage);
+  if (stage == "fit") optimization_.release();
   // Give the module back whole (FSDP gathers it), so it can be used or trained again.
   strategy_->teardown(module);
   module_ready_ = false;
@@ -178,6 +196,13 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
     if (options_.detect_anomaly) anomaly.emplace();
     datamodule_ = datamodule;
     setup(module, "fit");
+    if (options_.fast_dev_run && is_global_zero())
+      spdlog::info(
+          "Running in `fast_dev_run` mode: will run the requested loop using {} batch(es). Logging and "
+          "checkpointing is suppressed.",
+          options_.fast_dev_run.batches);
+    if (profiler_)
+      profiler_->setup("fit", log_dir().empty() ? options_.default_root_dir : log_dir(), strategy_->global_rank());
     if (datamodule) {
       prepare_once(*datamodule, "fit");
       dm_train = datamodule->train_dataloader();
@@ -213,13 +238,15 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
     hooks_.on_fit_end(module);
     if (datamodule) datamodule->teardown("fit");
     finish(module, "fit");
+    if (profiler_) profiler_->teardown();
     checkpoint_connector_.set_datamodule(nullptr);
   } catch (const std::exception& e) {
     checkpoint_connector_.set_datamodule(nullptr);
+    if (profiler_) profiler_->teardown();  // what was recorded up to the error is reported too
     strategy_->on_exception(e);
     hooks_.on_exception(module, e);
     try {
-      if (logger_) logger_->flush();
+      if (logger_) logger_->finalize("failed");
     } catch (const std::exception& f) {  // the original error is the one to report
       spdlog::error("{}", f.what());
     }

@@ -1,6 +1,6 @@
 #pragma once
 /// The Trainer: runs fit / validate / test for a LightningModule under a Strategy, with callbacks
-/// and a CSV logger, as Lightning's Trainer does. It is a thin owner of its parts: the FitLoop
+/// and loggers, as Lightning's Trainer does. It is a thin owner of its parts: the FitLoop
 /// (epochs, batches, optimizer steps), the EvaluationLoop (sanity check, validation, test), the
 /// Metrics (LightningModule::log, epoch means, the logger's rows), the CheckpointConnector (save,
 /// restore over Stateful objects) and the HookDispatcher (module and callback hooks, in order).
@@ -15,8 +15,10 @@
 #include "volt/callbacks/callback.h"
 #include "volt/data/data_module.h"
 #include "volt/loggers/csv_logger.h"
+#include "volt/loggers/logger_collection.h"
 #include "volt/module/data.h"
 #include "volt/module/lightning_module.h"
+#include "volt/profiler/profiler.h"
 #include "volt/strategies/strategy.h"
 #include "volt/trainer/checkpoint_connector.h"
 #include "volt/trainer/data_connector.h"
@@ -24,6 +26,7 @@
 #include "volt/trainer/fit_loop.h"
 #include "volt/trainer/hook_dispatcher.h"
 #include "volt/trainer/metrics.h"
+#include "volt/trainer/optimization.h"
 #include "volt/trainer/predict_loop.h"
 #include "volt/trainer/trainer_options.h"
 #include "volt/trainer/trainer_state.h"
@@ -92,17 +95,34 @@ class Trainer : public LogSink {
   int64_t world_size() const { return strategy_->world_size(); }
   bool is_global_zero() const { return strategy_->is_global_zero(); }
   const TrainerOptions& options() const { return options_; }
+  /// Batches of each loop under fast_dev_run (0 when off), as Lightning's trainer.fast_dev_run.
+  int64_t fast_dev_run() const { return options_.fast_dev_run.batches; }
+  /// The profiler trainer.profiler names (nullptr when none); owned by the Trainer.
+  Profiler* profiler() const { return profiler_.get(); }
   Strategy& strategy() { return *strategy_; }
-  torch::optim::Optimizer* optimizer() { return opt_config_.optimizer.get(); }
-  const OptimizerConfig& optimizer_config() const { return opt_config_; }
+  /// The first optimizer configure_optimizers returned (nullptr before fit set them up).
+  torch::optim::Optimizer* optimizer() {
+    return optimization_.empty() ? nullptr : optimization_.optimizers()[0].optimizer.get();
+  }
+  /// Every optimizer with its scheduler, in configure_optimizers' order (during and after fit).
+  const Optimizers& optimizers() const { return optimization_.optimizers(); }
   LightningModule* module() { return module_; }
   std::vector<std::shared_ptr<Callback>>& callbacks() { return callbacks_; }
   /// Last value of every metric logged (step values, then epoch means once an epoch ends).
   const std::map<std::string, double>& callback_metrics() const { return metrics_.callback_metrics(); }
   const std::map<std::string, double>& progress_bar_metrics() const { return metrics_.progress_bar_metrics(); }
-  /// The logger's version directory ("" when logging is off or on ranks other than 0).
+  /// The first logger's version directory ("" when logging is off or on ranks other than 0).
   std::string log_dir() const { return logger_ ? logger_->log_dir() : std::string(); }
-  CSVLogger* logger() { return logger_.get(); }
+  /// The first logger (Lightning's trainer.logger); nullptr when logging is off, before the first
+  /// fit / validate / test, and on ranks other than 0.
+  Logger* logger() { return loggers_.empty() ? nullptr : loggers_.front().get(); }
+  /// Every logger, in order (Lightning's trainer.loggers); empty on ranks other than 0.
+  const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
+  /// Uses `loggers` (any Logger subclasses; empty: none) instead of the ones options.logger names.
+  /// Call before the first fit / validate / test. Only global rank 0 uses them: CSVLogger and
+  /// TensorBoardLogger create their version folder when constructed, so in a multi-process run
+  /// construct them where is_global_zero().
+  void set_loggers(std::vector<std::shared_ptr<Logger>> loggers);
   /// The resolved configuration saved beside the logs and in checkpoints (set by the CLI).
   void set_config(const YAML::Node& config) { config_ = config; }
 
@@ -124,11 +144,17 @@ class Trainer : public LogSink {
   std::vector<Batch> run_predict(LightningModule& module, LightningDataModule* datamodule,
                                  std::vector<DataLoader*> loaders, const std::string& ckpt_path, bool keep);
 
+  /// Creates the profiler options.profiler names and lends it to the strategy and the hooks.
+  void init_profiler();
+
   // Declaration order is construction order: the parts borrow the members above them.
   TrainerOptions options_;
   std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<Profiler> profiler_;  // nullptr: profiling off
   std::vector<std::shared_ptr<Callback>> callbacks_;
-  std::unique_ptr<CSVLogger> logger_;
+  std::vector<std::shared_ptr<Logger>> loggers_;  // global rank 0 only
+  bool loggers_given_ = false;                    // set_loggers() was called
+  std::shared_ptr<Logger> logger_;                // the one logger, or a LoggerCollection of them
   YAML::Node config_;
   LightningModule* module_ = nullptr;
   LightningDataModule* datamodule_ = nullptr;  // the running call's (borrowed; nullptr without one)
@@ -136,19 +162,19 @@ class Trainer : public LogSink {
   std::string prepared_stage_;
   /// DataConnector::prepare unless prepare_data() already did it for this data module and stage.
   void prepare_once(LightningDataModule& datamodule, const std::string& stage);
-  OptimizerConfig opt_config_;
   bool module_ready_ = false;
   RunningStage stage_ = RunningStage::None;
 
   HookDispatcher hooks_{*this, callbacks_};
+  Optimization optimization_{options_, *strategy_, hooks_};
   Metrics metrics_{*strategy_};
   DataConnector data_connector_{*strategy_};
   EvaluationLoop evaluation_loop_{*strategy_, hooks_, metrics_, data_connector_, stage_};
   PredictLoop predict_loop_{*strategy_, hooks_, stage_};
-  FitLoop fit_loop_{options_,        *strategy_,  hooks_, metrics_,   evaluation_loop_,
-                    data_connector_, opt_config_, stage_, should_stop};
-  CheckpointConnector checkpoint_connector_{*this,  options_,  *strategy_,  callbacks_,
-                                            hooks_, fit_loop_, opt_config_, config_};
+  FitLoop fit_loop_{options_,        *strategy_,    hooks_, metrics_,   evaluation_loop_,
+                    data_connector_, optimization_, stage_, should_stop};
+  CheckpointConnector checkpoint_connector_{*this,  options_,  *strategy_,    callbacks_,
+                                            hooks_, fit_loop_, optimization_, config_};
 };
 
 }  // namespace volt

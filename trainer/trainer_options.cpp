@@ -48,8 +48,42 @@ void TrainerOptions::validate() {
              "config key 'trainer.val_check_interval': must be a fraction in (0, 1] or a batch count >= 1");
   VOLT_CHECK(!default_root_dir.empty(), ConfigError, "config key 'trainer.default_root_dir': must not be empty");
   slurm.requeue_signal.validate("trainer.slurm.requeue_signal");
+  logger.validate();
   strategy.validate();
+  profiler.validate();
+  VOLT_CHECK(fast_dev_run.batches >= 0, ConfigError, "config key 'trainer.fast_dev_run': must be >= 0 or a bool, got ",
+             fast_dev_run.batches);
 }
+
+void TrainerOptions::apply_debugging_flags() {
+  // Lightning's _init_debugging_flags; applying them twice gives the same options.
+  if (fast_dev_run) {
+    const BatchLimit n = BatchLimit::count(fast_dev_run.batches);
+    if (!overfitting()) limit_train_batches = limit_val_batches = n;
+    limit_test_batches = limit_predict_batches = n;
+    max_steps = fast_dev_run.batches;
+    max_epochs = 1;
+    num_sanity_val_steps = 0;
+    val_check_interval = BatchLimit::fraction(1.0);
+    check_val_every_n_epoch = 1;
+    enable_checkpointing = false;
+    logger = false;
+  }
+  if (overfitting()) limit_train_batches = limit_val_batches = overfit_batches;
+}
+
+namespace detail {
+FastDevRun YamlCodec<FastDevRun>::decode(const YAML::Node& n, const std::string& key) {
+  bool on = false;
+  if (n.IsScalar() && YAML::convert<bool>::decode(n, on)) return FastDevRun(on);
+  if (!n.IsScalar()) type_error(key, "true, false or a number of batches", n);
+  return FastDevRun(YamlCodec<int64_t>::decode(n, key));
+}
+YAML::Node YamlCodec<FastDevRun>::encode(const FastDevRun& v) {
+  if (v.batches <= 1) return YAML::Node(v.batches == 1);
+  return YAML::Node(v.batches);
+}
+}  // namespace detail
 
 int64_t TrainerOptions::effective_max_epochs() const {
   if (max_epochs >= 0) return max_epochs;

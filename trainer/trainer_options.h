@@ -5,11 +5,37 @@
 #include <optional>
 #include <string>
 
+#include "volt/callbacks/timer.h"
 #include "volt/core/options.h"
+#include "volt/core/options_help.h"
+#include "volt/loggers/logger_options.h"
+#include "volt/profiler/profiler_options.h"
 #include "volt/strategies/strategy_options.h"
 #include "volt/trainer/slurm_requeue.h"
 
 namespace volt {
+
+/// Lightning's fast_dev_run: false (0), true (1 batch) or a number of batches. YAML: bool or int.
+struct FastDevRun {
+  int64_t batches = 0;
+  FastDevRun() = default;
+  FastDevRun(bool on) : batches(on ? 1 : 0) {}  // NOLINT: implicit, `fast_dev_run = true`
+  FastDevRun(int n) : batches(n) {}             // NOLINT
+  FastDevRun(int64_t n) : batches(n) {}         // NOLINT
+  explicit operator bool() const { return batches > 0; }
+};
+
+namespace detail {
+template <>
+struct YamlCodec<FastDevRun> {
+  static FastDevRun decode(const YAML::Node& n, const std::string& key);
+  static YAML::Node encode(const FastDevRun& v);
+};
+template <>
+struct HelpType<FastDevRun> {
+  static std::string name() { return "bool|int"; }
+};
+}  // namespace detail
 
 struct TrainerOptions {
   std::string accelerator = "cpu";  // "cpu", "cuda", "auto"
@@ -34,7 +60,9 @@ struct TrainerOptions {
   bool enable_checkpointing = true;
   bool enable_progress_bar = true;
   bool enable_model_summary = true;
-  bool logger = true;  // CSV logger under default_root_dir/lightning_logs/version_N
+  /// The loggers (loggers/logger_options.h): true = a CSV logger under
+  /// default_root_dir/lightning_logs/version_N; false = none; "tensorboard"; {"csv", "tensorboard"}.
+  LoggerOptions logger;
   std::optional<int64_t> seed;
   bool deterministic = false;
   /// LibTorch's anomaly detection during fit: backward names the forward operation whose gradient
@@ -42,6 +70,17 @@ struct TrainerOptions {
   bool detect_anomaly = false;
   /// SLURM auto-requeue (trainer/slurm_requeue.h), Lightning's SLURMEnvironment plugin.
   SLURMOptions slurm;
+  /// Stops fit once this much time is spent training ("DD:HH:MM:SS" or {days, hours, minutes,
+  /// seconds}): the Trainer adds a Timer callback (callbacks/timer.h) unless one is given.
+  std::optional<Duration> max_time;
+  /// Runs n (true: 1) batches of train / val / test / predict, one epoch, no sanity check, no
+  /// checkpoints, no loggers (Lightning's fast_dev_run). validate() applies it to the limits.
+  FastDevRun fast_dev_run;
+  /// Overfits a fraction or a count of the training batches: limit_train_batches and
+  /// limit_val_batches become this, and every epoch trains on the same batches in the same order.
+  BatchLimit overfit_batches = BatchLimit::fraction(0.0);
+  /// null (none), simple or pytorch (profiler/profiler_options.h).
+  ProfilerOptions profiler;
 
   template <class V>
   void visit(V& v) {
@@ -55,10 +94,16 @@ struct TrainerOptions {
         "log_every_n_steps", log_every_n_steps)("default_root_dir", default_root_dir)(
         "enable_checkpointing", enable_checkpointing)("enable_progress_bar", enable_progress_bar)(
         "enable_model_summary", enable_model_summary)("logger", logger)("seed", seed)("deterministic", deterministic)(
-        "detect_anomaly", detect_anomaly)("slurm", slurm);
+        "detect_anomaly", detect_anomaly)("slurm", slurm)("max_time", max_time)("fast_dev_run", fast_dev_run)(
+        "overfit_batches", overfit_batches)("profiler", profiler);
   }
   /// Checks every value and normalizes names; throws ConfigError naming the key.
   void validate();
+  /// fast_dev_run and overfit_batches rewrite the limits, max_steps / max_epochs, the sanity check,
+  /// checkpointing and the loggers, as Lightning's Trainer does (the Trainer calls it after validate()).
+  void apply_debugging_flags();
+  /// Whether overfit_batches is on (> 0).
+  bool overfitting() const { return overfit_batches.value > 0; }
   /// The epoch limit after Lightning's defaulting rule.
   int64_t effective_max_epochs() const;
 };

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "volt/core/grad_hooks.h"
 #include "volt/core/hooked_module.h"
@@ -92,6 +93,13 @@ void FSDPSchedule::prefetch_after(size_t ui, bool backward) {
   units_[*(it + 1)].flat->unshard_async(mesh_.shard_group());
 }
 
+void FSDPSchedule::unshard(size_t ui) {
+  FlatParam& f = *units_[ui].flat;
+  // Timed only when it gathers (a unit already gathered, or being prefetched, returns at once).
+  auto scope = profile(f.state() == UnitState::Sharded ? options_.profiler : nullptr, "[FSDP]all_gather");
+  f.unshard(mesh_.shard_group());
+}
+
 void FSDPSchedule::begin_training_step() {
   current_order_.clear();
   unshard(0);
@@ -137,8 +145,10 @@ void FSDPSchedule::on_grads_ready(size_t ui) {
   if (u.grads_handled()) return;
   // Without sync (an accumulation micro-step) the full gradients stay in param.grad and
   // accumulate; only the parameters are freed.
+  auto reduce_scope = profile(sync_ ? options_.profiler : nullptr, "[FSDP]reduce_scatter");
   if (sync_)
     u.flat->reduce_gradients(mesh_.shard_group(), mesh_.replicate_group(), options_.reduce_dtype, options_.world_size);
+  reduce_scope.end();
   u.state = TrainingState::PostBackward;
   // A unit with a frozen parameter stays gathered until finish_backward (see FSDPUnit::has_frozen).
   if (ui != 0 && (!u.has_frozen || !in_backward_)) reshard(ui);
@@ -182,10 +192,23 @@ void FSDPSchedule::finish_backward() {
   forward_order_ = current_order_;
 }
 
-void FSDPSchedule::zero_grad() {
+void FSDPSchedule::zero_grad(const torch::optim::Optimizer& optimizer) {
+  std::unordered_set<const c10::TensorImpl*> mine;
+  for (const auto& g : optimizer.param_groups())
+    for (const auto& p : g.params()) mine.insert(p.unsafeGetTensorImpl());
   for (auto& u : units_) {
-    u.flat->shard_grad() = torch::Tensor();
-    for (auto& e : u.flat->entries()) e.param.mutable_grad() = torch::Tensor();
+    FlatParam& f = *u.flat;
+    bool others_pending = false;
+    for (const auto& s : f.slices())
+      if (!mine.count(s.view.unsafeGetTensorImpl()) && s.view.grad().defined()) others_pending = true;
+    for (const auto& s : f.slices()) {
+      if (!mine.count(s.view.unsafeGetTensorImpl())) continue;
+      if (others_pending && f.shard_grad().defined()) f.shard_grad().narrow(0, s.shard_offset, s.length).zero_();
+      f.entries()[s.entry].param.mutable_grad() = torch::Tensor();
+    }
+    if (others_pending) continue;
+    f.shard_grad() = torch::Tensor();
+    for (auto& e : f.entries()) e.param.mutable_grad() = torch::Tensor();
   }
 }
 

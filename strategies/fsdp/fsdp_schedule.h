@@ -19,10 +19,13 @@
 /// Ownership: owns the units (units()[0] is the root) and the hooks it installs; borrows the mesh
 /// and the modules. The interceptors and hooks it leaves on modules hold only a weak token, so they
 /// turn into no-ops once the schedule is gone. Thread-safety: one training thread.
+#include <torch/optim/optimizer.h>
+
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "volt/profiler/profiler.h"
 #include "volt/strategies/fsdp/fsdp_mesh.h"
 #include "volt/strategies/fsdp/fsdp_unit.h"
 #include "volt/strategies/strategy_options.h"
@@ -41,6 +44,7 @@ struct FSDPScheduleOptions {
   at::ScalarType reduce_dtype = at::kFloat;
   int64_t world_size = 1;
   torch::Device device = torch::kCPU;  // the compute device (waited on for offloaded gradients)
+  Profiler* profiler = nullptr;        // times gathers and reductions (borrowed; nullptr: off)
 };
 
 class FSDPSchedule {
@@ -60,14 +64,25 @@ class FSDPSchedule {
 
   /// Before a training step's forward: gathers the root.
   void begin_training_step();
+  /// Gathers the root (no-op when gathered), frees it, or re-gathers it from its updated shard:
+  /// for manual optimization, where forwards follow backward and optimizer steps within one step.
+  void unshard_root() { unshard(0); }
+  void reshard_root() { reshard(0); }
+  void refresh_root() {
+    reshard(0);
+    unshard(0);
+  }
   /// Runs `fn` (an evaluation step) with the root gathered, freeing it afterwards.
   void with_root_gathered(const std::function<void()>& fn);
   /// loss.backward() with the units' gradient hooks; `sync` false on accumulation micro-steps (no
   /// collective: full gradients stay in param.grad). On return every unit is resharded and, on a
   /// sync step, holds its reduced shard gradient in its slices' .grad.
   void backward(const torch::Tensor& loss, bool sync);
-  /// Drops every shard gradient and parameter gradient.
-  void zero_grad();
+  /// Clears the gradients of the slices `optimizer` steps. A unit whose other slices hold no
+  /// gradient drops its whole shard gradient (the one-optimizer case); otherwise only this
+  /// optimizer's ranges are zeroed, so another optimizer's pending gradients survive (manual
+  /// optimization with several optimizers).
+  void zero_grad(const torch::optim::Optimizer& optimizer);
 
  private:
   friend class UnitInterceptor;
@@ -78,7 +93,7 @@ class FSDPSchedule {
   void prefetch_after(size_t unit, bool backward);
   void prefetch_backward(size_t unit);
   bool may_prefetch() const;
-  void unshard(size_t unit) { units_[unit].flat->unshard(mesh_.shard_group()); }
+  void unshard(size_t unit);
   void reshard(size_t unit) { units_[unit].flat->reshard(); }
 
   FSDPScheduleOptions options_;

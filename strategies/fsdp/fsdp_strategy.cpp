@@ -147,6 +147,7 @@ void FSDPStrategy::setup_module(LightningModule& module) {
   so.reduce_dtype = reduce_dtype_;
   so.world_size = world_size();
   so.device = root_device();
+  so.profiler = profiler_;
   schedule_ = std::make_unique<detail::FSDPSchedule>(so, mesh_);
   schedule_->install(make_units(module));
   const bool offload = schedule_->units()[0].flat->offloaded();
@@ -187,7 +188,25 @@ void FSDPStrategy::setup_optimizer(LightningModule&, OptimizerConfig& config) {
 
 torch::Tensor FSDPStrategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
   schedule_->begin_training_step();
-  return Strategy::training_step(module, batch, batch_idx);
+  if (module.automatic_optimization) return Strategy::training_step(module, batch, batch_idx);
+  // Manual optimization: backward (which reshards every unit) and optimizer steps run inside the
+  // step, and forwards follow them; the root is gathered again after each (see run_backward and
+  // after_optimizer_step) and freed when the step returns.
+  manual_step_ = true;
+  torch::Tensor loss;
+  try {
+    loss = Strategy::training_step(module, batch, batch_idx);
+  } catch (...) {
+    manual_step_ = false;
+    throw;
+  }
+  manual_step_ = false;
+  schedule_->reshard_root();
+  return loss.defined() ? loss.detach() : loss;
+}
+
+void FSDPStrategy::after_optimizer_step() {
+  if (manual_step_) schedule_->refresh_root();  // the gathered root holds the values before the step
 }
 
 void FSDPStrategy::validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx,
@@ -208,11 +227,12 @@ Batch FSDPStrategy::predict_step(LightningModule& module, const Batch& batch, in
 
 void FSDPStrategy::run_backward(LightningModule&, const torch::Tensor& loss, bool sync_gradients) {
   schedule_->backward(loss, sync_gradients);
+  if (manual_step_) schedule_->unshard_root();  // a later forward in the same manual step needs it
 }
 
 void FSDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {
   Strategy::zero_grad(optimizer);
-  schedule_->zero_grad();
+  schedule_->zero_grad(optimizer);
 }
 
 double FSDPStrategy::reduce_grad_norm_sq(double local) {
@@ -237,10 +257,10 @@ std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict(LightningMod
   return out;
 }
 
-StateLayout FSDPStrategy::state_layout(LightningModule& module, torch::optim::Optimizer* optimizer) {
-  if (!schedule_) return Strategy::state_layout(module, optimizer);
+StateLayout FSDPStrategy::state_layout(LightningModule& module, const OptimizerList& optimizers) {
+  if (!schedule_) return Strategy::state_layout(module, optimizers);
   StateLayout l;
-  l.optimizer = optimizer;
+  l.optimizers = optimizers;
   for (auto& kv : module.named_buffers()) l.buffers.emplace_back(kv.key(), kv.value());
   ProcessGroup* pg = mesh_.shard_group();
   // The first replica (global ranks 0 .. shard size - 1; shard index = rank) writes the pieces.

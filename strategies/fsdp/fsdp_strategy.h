@@ -64,7 +64,7 @@ class FSDPStrategy : public ParallelStrategy {
   /// is read back as just this rank's ranges, whatever world size, wrap policy or sharding
   /// strategy wrote it.
   std::string checkpoint_format() const override { return options_.state_dict_type.text(); }
-  StateLayout state_layout(LightningModule& module, torch::optim::Optimizer* optimizer) override;
+  StateLayout state_layout(LightningModule& module, const OptimizerList& optimizers) override;
 
   // ---- introspection (tests, summaries, benchmarks) -------------------------------------------
   struct UnitInfo {
@@ -78,6 +78,7 @@ class FSDPStrategy : public ParallelStrategy {
 
  protected:
   void run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) override;
+  void after_optimizer_step() override;
   double reduce_grad_norm_sq(double local) override;
 
  private:
@@ -92,6 +93,9 @@ class FSDPStrategy : public ParallelStrategy {
   at::ScalarType reduce_dtype_ = at::kFloat;
   std::optional<at::ScalarType> buffer_dtype_;
   std::unique_ptr<detail::FSDPSchedule> schedule_;  // set up by setup_module, gone after teardown
+  /// Inside a manual-optimization training_step: backward and optimizer steps happen there, and the
+  /// root must be gathered (fresh) for each forward that follows them.
+  bool manual_step_ = false;
 };
 
 }  // namespace volt

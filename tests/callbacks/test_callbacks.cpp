@@ -421,7 +421,7 @@ TEST_CASE("EarlyStopping state round-trips, directly and through a checkpoint", 
 namespace {
 class TwoGroups : public BoringModel {
  public:
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     std::vector<torch::Tensor> body, top;
     for (auto& b : blocks)
       for (auto& p : b->parameters()) body.push_back(p);
@@ -436,7 +436,7 @@ class TwoGroups : public BoringModel {
 };
 class StepDecay : public BoringModel {
  public:
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     OptimizerConfig c;
     auto opt = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1));
     c.optimizer = opt;

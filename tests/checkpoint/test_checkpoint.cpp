@@ -397,7 +397,7 @@ TEST_CASE("loading a checkpoint into a model of another shape is a CheckpointErr
   auto m = model(0);
   const std::string dir = temp_dir("ckpt-shape");
   const std::string path = dir + "/m.ckpt";
-  s.save_checkpoint(*m, nullptr, Checkpoint{}, path);
+  s.save_checkpoint(*m, {}, Checkpoint{}, path);
   CheckpointReader reader(path);
   CHECK(reader.format() == "full");
   CHECK(reader.names(kModelSection).size() == m->named_parameters().size());
@@ -405,25 +405,25 @@ TEST_CASE("loading a checkpoint into a model of another shape is a CheckpointErr
   // Same shape: loads, weights equal.
   auto same = model(9);
   REQUIRE_FALSE(params_equal(*m, *same));
-  s.load_checkpoint(*same, nullptr, reader);
+  s.load_checkpoint(*same, {}, reader);
   CHECK(params_equal(*m, *same));
 
   BoringOptions narrow;
   narrow.hidden = 16;
   auto other = model(0, narrow);
-  auto msg = checkpoint_error([&] { s.load_checkpoint(*other, nullptr, reader); });
+  auto msg = checkpoint_error([&] { s.load_checkpoint(*other, {}, reader); });
   CHECK_THAT(msg, Contains(path));
   CHECK_THAT(msg, Contains("block0.linear.weight"));
 
   BoringOptions deeper;
   deeper.blocks = 3;
   auto more = model(0, deeper);
-  CHECK_THAT(checkpoint_error([&] { s.load_checkpoint(*more, nullptr, reader); }), Contains("block2"));
+  CHECK_THAT(checkpoint_error([&] { s.load_checkpoint(*more, {}, reader); }), Contains("block2"));
   // A checkpoint with extra tensors is refused too.
   const std::string more_path = dir + "/more.ckpt";
-  s.save_checkpoint(*more, nullptr, Checkpoint{}, more_path);
+  s.save_checkpoint(*more, {}, Checkpoint{}, more_path);
   CheckpointReader more_reader(more_path);
-  CHECK_THAT(checkpoint_error([&] { s.load_checkpoint(*m, nullptr, more_reader); }), Contains(more_path));
+  CHECK_THAT(checkpoint_error([&] { s.load_checkpoint(*m, {}, more_reader); }), Contains(more_path));
 }
 
 TEST_CASE("SingleDeviceStrategy::save_checkpoint and load_checkpoint carry the model and the optimizer state",
@@ -441,8 +441,8 @@ TEST_CASE("SingleDeviceStrategy::save_checkpoint and load_checkpoint carry the m
   header.global_step = 3;
   header.meta["extra"]["tag"] = "strategy";
   header.rng_states["cpu"] = torch::arange(8, torch::kByte);
-  s.save_checkpoint(*m1, &opt1, header, dir + "/full.ckpt");
-  s.save_checkpoint(*m1, nullptr, header, dir + "/weights.ckpt");
+  s.save_checkpoint(*m1, {&opt1}, header, dir + "/full.ckpt");
+  s.save_checkpoint(*m1, {}, header, dir + "/weights.ckpt");
 
   CheckpointReader r(dir + "/full.ckpt");
   CHECK(r.epoch() == 2);
@@ -457,7 +457,7 @@ TEST_CASE("SingleDeviceStrategy::save_checkpoint and load_checkpoint carry the m
   auto m2 = model(2);
   torch::optim::Adam opt2(m2->parameters(), torch::optim::AdamOptions(0.01));
   REQUIRE_FALSE(params_equal(*m1, *m2));
-  s.load_checkpoint(*m2, &opt2, r);
+  s.load_checkpoint(*m2, {&opt2}, r);
   CHECK(params_equal(*m1, *m2));
   check_same_tensors(state, optimizer_state_to_tensors(opt2, named(*m2)));
   // Training continues as the uninterrupted run.

@@ -36,7 +36,7 @@ void save_sharded(const std::string& dir, int64_t step) {
   BoringModel m;
   CheckpointHeader h;
   h.global_step = step;
-  save_state(s.state_layout(m, nullptr), h, dir, CheckpointFormat::Sharded, s.state_comm());
+  save_state(s.state_layout(m, {}), h, dir, CheckpointFormat::Sharded, s.state_comm());
 }
 
 }  // namespace

@@ -326,7 +326,7 @@ TEST_CASE("the demo model's checkpoint loads strictly into the Python demo model
   Checkpoint header;
   header.epoch = 1;
   header.global_step = 10;
-  s.save_checkpoint(lm, nullptr, header, path);
+  s.save_checkpoint(lm, {}, header, path);
 
   const std::string expected = dir + "/expected.txt";
   {

@@ -130,7 +130,7 @@ TEST_CASE("volt consolidate never overwrites a file unasked, nor writes into its
   {
     SingleDeviceStrategy s(Precision("32-true", "cpu"), "cpu");
     BoringModel m;
-    save_state(s.state_layout(m, nullptr), CheckpointHeader{}, src, CheckpointFormat::Sharded, s.state_comm());
+    save_state(s.state_layout(m, {}), CheckpointHeader{}, src, CheckpointFormat::Sharded, s.state_comm());
   }
   const std::string out = dir + "/full.ckpt";
   write(out, "precious");
@@ -155,7 +155,7 @@ TEST_CASE("volt consolidate --format safetensors writes the model's weights, loa
   BoringModel m;
   {
     SingleDeviceStrategy s(Precision("32-true", "cpu"), "cpu");
-    save_state(s.state_layout(m, nullptr), CheckpointHeader{}, src, CheckpointFormat::Sharded, s.state_comm());
+    save_state(s.state_layout(m, {}), CheckpointHeader{}, src, CheckpointFormat::Sharded, s.state_comm());
   }
   Run r = volt_cli({"consolidate", src, "--format", "parquet"}, dir);
   CHECK(r.code == 2);

@@ -51,7 +51,7 @@ class ToyNet : public LightningModule {
   void validation_step(const Batch& b, int64_t) override { log("val_loss", torch::mse_loss(forward(b[0]), b[1])); }
   void test_step(const Batch& b, int64_t) override { log("test_loss", torch::mse_loss(forward(b[0]), b[1])); }
   Batch predict_step(const Batch& b, int64_t) override { return {forward(b[0])}; }
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(o_.lr))};
   }
   YAML::Node hparams() const override { return options_to_yaml(o_); }
@@ -78,7 +78,7 @@ class OtherNet : public LightningModule {
     w = register_parameter("w", torch::full({1}, o.scale));
   }
   torch::Tensor training_step(const Batch& b, int64_t) override { return torch::mse_loss(b[0].sum(1, true) * w, b[1]); }
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.01))};
   }
   torch::Tensor w;

@@ -118,7 +118,8 @@ TEST_CASE("demo CLI: predict writes next tokens and target log-probabilities who
   REQUIRE(in.good());
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto d = torch::pickle_load(bytes).toGenericDict();
-  double mean_of_means = 0;  // test_loss is the mean of the batches' mean nll
+  // test_loss is the batches' mean nll averaged with weights = batch size (Lightning's rule).
+  double weighted = 0, samples = 0;
   int64_t batches = 0;
   for (;; ++batches) {
     const std::string key = "dataloader_0/batch_" + std::to_string(batches) + "/";
@@ -126,11 +127,12 @@ TEST_CASE("demo CLI: predict writes next tokens and target log-probabilities who
     const auto lp = d.at(key + "target_log_prob").toTensor();
     CHECK(d.at(key + "next_token").toTensor().sizes() == lp.sizes());
     CHECK((lp <= 0).all().item<bool>());
-    mean_of_means += -lp.mean().item<double>();
+    weighted += -lp.mean().item<double>() * static_cast<double>(lp.size(0));
+    samples += static_cast<double>(lp.size(0));
   }
   REQUIRE(batches > 0);
-  mean_of_means /= static_cast<double>(batches);
+  const double mean = weighted / samples;
   const auto test_loss = testing::metrics_column(dir + "/eval/lightning_logs/version_0/metrics.csv", "test_loss");
   REQUIRE(test_loss.size() == 1);
-  CHECK(test_loss[0] == Approx(mean_of_means).epsilon(1e-5));
+  CHECK(test_loss[0] == Approx(mean).epsilon(1e-5));
 }

@@ -95,7 +95,7 @@ TEST_CASE("LanguageModel: configure_optimizers gives SGD or AdamW", "[demos][lan
   {
     LanguageModel lm(tiny());
     lm.configure_model();
-    auto cfg = lm.configure_optimizers();
+    auto cfg = lm.configure_optimizers()[0];
     auto* sgd = dynamic_cast<torch::optim::SGD*>(cfg.optimizer.get());
     REQUIRE(sgd != nullptr);
     CHECK(sgd->param_groups()[0].options().get_lr() == 0.1);
@@ -109,7 +109,7 @@ TEST_CASE("LanguageModel: configure_optimizers gives SGD or AdamW", "[demos][lan
     o.weight_decay = 0.01;
     LanguageModel lm(o);
     lm.configure_model();
-    auto cfg = lm.configure_optimizers();
+    auto cfg = lm.configure_optimizers()[0];
     auto* adamw = dynamic_cast<torch::optim::AdamW*>(cfg.optimizer.get());
     REQUIRE(adamw != nullptr);
     auto& opts = static_cast<torch::optim::AdamWOptions&>(adamw->param_groups()[0].options());

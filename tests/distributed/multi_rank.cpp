@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "gan_model.h"
+
 namespace volt::testing {
 
 int run_worker(const std::vector<std::string>& args, const std::string& dir, int timeout_s,
@@ -23,7 +25,13 @@ WorkerResult train_single(const std::map<std::string, std::string>& overrides) {
   bo.hidden = root["hidden"] ? root["hidden"].as<int64_t>() : 32;
   bo.lr = root["lr"] ? root["lr"].as<double>() : 0.1;
   bo.adam = root["adam"] ? root["adam"].as<bool>() : false;
-  BoringModel model(bo);
+  const bool gan = root["gan"] && root["gan"].as<bool>();
+  std::unique_ptr<LightningModule> owned;
+  if (gan)
+    owned = std::make_unique<GanModel>();
+  else
+    owned = std::make_unique<BoringModel>(bo);
+  LightningModule& model = *owned;
   const int64_t samples = root["samples"] ? root["samples"].as<int64_t>() : 64;
   const int64_t bs = root["batch_size"] ? root["batch_size"].as<int64_t>() : 8;
   DataLoader loader(std::make_shared<RandomDataset>(samples), DataLoaderOptions{bs, true, false, 3});
@@ -34,7 +42,7 @@ WorkerResult train_single(const std::map<std::string, std::string>& overrides) {
   trainer.fit(model, loader);
   WorkerResult r;
   for (auto& kv : model.named_parameters()) r.state[kv.key()] = kv.value().detach().clone();
-  r.losses = model.losses;
+  if (!gan) r.losses = static_cast<BoringModel&>(model).losses;
   r.global_step = trainer.global_step();
   return r;
 }

@@ -28,7 +28,7 @@ struct GuideModel : volt::LightningModule {
   torch::Tensor training_step(const volt::Batch& batch, int64_t) override {
     return b->forward(a->forward(batch[0])).square().mean();
   }
-  volt::OptimizerConfig configure_optimizers() override {
+  volt::Optimizers configure_optimizers() override {
     return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1))};
   }
   std::shared_ptr<Block> a, b;

@@ -34,7 +34,7 @@ class Regressor : public volt::LightningModule {
     log("val_loss", torch::mse_loss(net->forward(batch[0]), batch[1]));
   }
   volt::Batch predict_step(const volt::Batch& batch, int64_t) override { return {net->forward(batch[0])}; }
-  volt::OptimizerConfig configure_optimizers() override {
+  volt::Optimizers configure_optimizers() override {
     return {std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(options_.lr))};
   }
   YAML::Node hparams() const override { return volt::options_to_yaml(options_); }

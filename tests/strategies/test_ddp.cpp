@@ -134,7 +134,8 @@ TEST_CASE("DDP on an uneven dataset pads every rank to the same steps and valida
   CHECK(r.losses.size() == 2 * 9);  // one rank-averaged loss per step: every rank took every step
 
   // The last validation ran after the last step on each rank's padded share of the 33 samples:
-  // val_loss (sync_dist) is the mean over the 5 batches of the two ranks' batch losses.
+  // val_loss (sync_dist) is Lightning's epoch mean: every rank's batch losses weighted by their
+  // batch sizes, over all ranks' samples (17 + 17, the last batch of each rank holding one).
   BoringModel m;
   {
     torch::NoGradGuard ng;
@@ -146,17 +147,20 @@ TEST_CASE("DDP on an uneven dataset pads every rank to the same steps and valida
   m.eval();
   torch::NoGradGuard ng;
   auto val_data = std::make_shared<RandomDataset>(33, 32, 99);  // the worker's validation set
-  std::vector<double> per_batch(5, 0.0);
+  double weighted = 0, samples = 0;
   for (int64_t rank = 0; rank < 2; ++rank) {
     DataLoader val(val_data, DataLoaderOptions{4, false, false, 0});
     val.set_distributed(rank, 2);
     REQUIRE(val.num_batches() == 5);
     for (int64_t i = 0; i < 5; ++i) {
       auto out = m.forward(val.batch(i)[0]);
-      per_batch[i] += torch::mse_loss(out, torch::ones_like(out)).item<double>() / 2.0;
+      const double bs = static_cast<double>(out.size(0));
+      weighted += torch::mse_loss(out, torch::ones_like(out)).item<double>() * bs;
+      samples += bs;
     }
   }
-  const double expected = std::accumulate(per_batch.begin(), per_batch.end(), 0.0) / 5.0;
+  REQUIRE(samples == 34);
+  const double expected = weighted / samples;
   CHECK(r.val_loss == Approx(expected).epsilon(1e-5));
 }
 

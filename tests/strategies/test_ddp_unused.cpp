@@ -58,7 +58,7 @@ class UnusedModel : public LightningModule {
     losses.push_back(loss.item<double>());
     return loss;
   }
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     OptimizerConfig c;
     c.optimizer = std::make_shared<torch::optim::SGD>(parameters(),
                                                       torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
@@ -193,7 +193,7 @@ ScenarioResult train_reference(const UnusedSpec& spec, int world, int64_t accumu
                                std::vector<std::vector<double>>* rank_losses = nullptr) {
   torch::manual_seed(7);
   UnusedModel m(spec);
-  auto opt = m.configure_optimizers().optimizer;
+  auto opt = m.configure_optimizers()[0].optimizer;
   auto data = scenario_data(spec.width);
   std::vector<DataLoader> loaders;
   for (int r = 0; r < world; ++r) {

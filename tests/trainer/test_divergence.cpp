@@ -100,13 +100,13 @@ TEST_CASE("Saving weights that hold nan is refused and the previous file is kept
   SingleDeviceStrategy s(Precision("32-true", "cpu"), "cpu");
   BoringModel m;
   const std::string path = root + "/model.ckpt";
-  s.save_checkpoint(m, nullptr, CheckpointHeader{}, path);
+  s.save_checkpoint(m, {}, CheckpointHeader{}, path);
   {
     torch::NoGradGuard ng;
     m.head->weight[0][0] = std::numeric_limits<float>::infinity();
   }
   try {
-    s.save_checkpoint(m, nullptr, CheckpointHeader{}, path);
+    s.save_checkpoint(m, {}, CheckpointHeader{}, path);
     FAIL("saved");
   } catch (const CheckpointError& e) {
     CHECK_THAT(e.what(), Contains(path) && Contains("head.weight") && Contains("nan or inf"));

@@ -75,10 +75,10 @@ TEST_CASE("LR schedulers follow PyTorch's formulas", "[trainer][lr_scheduler]") 
     CHECK(s.current_lrs()[0] == Approx(0.1));
   }
   SECTION("CosineAnnealingLR") {
-    CosineAnnealingLR s(opt, 4, 0.1);
+    CosineAnnealingLR s(opt, 4, 0.1);  // eta_min is absolute, as PyTorch's
     for (int e = 1; e <= 6; ++e) {
       s.step();
-      const double t = std::min(e, 4) / 4.0;
+      const double t = e / 4.0;  // past T_max the cosine rises again, as PyTorch's
       CHECK(s.current_lrs()[0] == Approx(0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * t))));
     }
   }
@@ -94,4 +94,68 @@ TEST_CASE("LR schedulers follow PyTorch's formulas", "[trainer][lr_scheduler]") 
   }
   CHECK_THROWS_AS(StepLR(opt, 0), ConfigError);
   CHECK_THROWS_AS(CosineAnnealingLR(opt, 0), ConfigError);
+}
+
+namespace {
+/// SGD with ReduceLROnPlateau on "val_score", whose value the test scripts per epoch.
+class PlateauModel : public BoringModel {
+ public:
+  PlateauModel(std::vector<double> script, std::string monitor, bool strict = true)
+      : script_(std::move(script)), monitor_(std::move(monitor)), strict_(strict) {}
+  void validation_step(const Batch& b, int64_t i) override {
+    BoringModel::validation_step(b, i);
+    log("val_score", script_.at(static_cast<size_t>(trainer()->current_epoch())));
+  }
+  Optimizers configure_optimizers() override {
+    OptimizerConfig c;
+    c.optimizer = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1));
+    ReduceLROnPlateauOptions po;
+    po.patience = 1;
+    po.factor = 0.5;
+    c.lr_scheduler = std::make_shared<ReduceLROnPlateau>(*c.optimizer, po);
+    c.monitor = monitor_;
+    c.strict = strict_;
+    return c;
+  }
+
+ private:
+  std::vector<double> script_;
+  std::string monitor_;
+  bool strict_;
+};
+}  // namespace
+
+TEST_CASE("ReduceLROnPlateau steps after each epoch's validation with its monitor", "[trainer][lr_scheduler]") {
+  auto fit = [](PlateauModel& m, int64_t epochs) {
+    auto rec = std::make_shared<LrRecorder>();
+    auto opts = quiet_options(temp_dir("trainer-plateau"));
+    opts.max_epochs = epochs;
+    opts.limit_train_batches = BatchLimit::count(1);
+    opts.limit_val_batches = BatchLimit::count(1);
+    Trainer t(opts, {rec});
+    auto dl = make_loader();
+    auto val = make_loader();
+    t.fit(m, dl, &val);
+    rec->lrs.push_back(t.optimizer()->param_groups()[0].options().get_lr());
+    return rec->lrs;
+  };
+  SECTION("no improvement for more than `patience` epochs halves the lr") {
+    // PyTorch: best 1.0, then 0.9 (better), 0.9, 0.9 (2 bad > patience 1: halve), 0.9, 0.9 (halve).
+    PlateauModel m({1.0, 0.9, 0.9, 0.9, 0.9, 0.9}, "val_score");
+    const std::vector<double> want = {0.1, 0.1, 0.1, 0.1, 0.05, 0.05, 0.025};
+    auto got = fit(m, 6);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+  }
+  SECTION("a monitor that was never logged") {
+    PlateauModel strict({1.0, 1.0}, "val_acc");
+    CHECK_THROWS_WITH(fit(strict, 2),
+                      Catch::Contains("val_acc") && Catch::Contains("val_score") && Catch::Contains("not available"));
+    PlateauModel lenient({1.0, 1.0}, "val_acc", /*strict=*/false);
+    CHECK(fit(lenient, 2).back() == 0.1);  // a warning each epoch, no step
+  }
+  SECTION("no monitor at all") {
+    PlateauModel m({1.0}, "");
+    CHECK_THROWS_WITH(fit(m, 1), Catch::Contains("monitor"));
+  }
 }

@@ -42,7 +42,7 @@ class TrainOnly : public LightningModule {
  public:
   TrainOnly() : LightningModule("TrainOnly") { fc = register_module("fc", torch::nn::Linear(32, 1)); }
   torch::Tensor training_step(const Batch& b, int64_t) override { return fc->forward(b[0]).pow(2).mean(); }
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     OptimizerConfig c;
     c.optimizer = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1));
     return c;

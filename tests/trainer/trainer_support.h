@@ -113,7 +113,7 @@ class HookRecorder : public BoringModel {
  public:
   std::vector<std::string> calls;
   void configure_model() override { calls.push_back("configure_model"); }
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     calls.push_back("configure_optimizers");
     return BoringModel::configure_optimizers();
   }
@@ -147,7 +147,7 @@ class ScheduledModel : public BoringModel {
  public:
   ScheduledModel(std::string interval, int64_t step_size, int64_t frequency = 1, double lr = 0.1)
       : interval_(std::move(interval)), step_size_(step_size), frequency_(frequency), lr_(lr) {}
-  OptimizerConfig configure_optimizers() override {
+  Optimizers configure_optimizers() override {
     OptimizerConfig c;
     auto opt = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(lr_));
     c.optimizer = opt;

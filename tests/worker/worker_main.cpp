@@ -18,6 +18,7 @@
 
 #include "boring_model.h"
 #include "distributed/process_group_scenario.h"
+#include "gan_model.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/prediction_writer.h"
 #include "volt/core/options.h"
@@ -42,6 +43,7 @@ struct WorkerConfig {
   int64_t fault_step = -1;
   std::string fault_kind = "exit";
   bool rank_metric = false;        // log "val_rank", a per-rank value, without sync_dist
+  bool log_sync = false;           // log per-rank values with sync_dist and each reduce_fx (LogSyncModel)
   std::string checkpoint_monitor;  // non-empty: a ModelCheckpoint monitoring it
   int64_t checkpoint_top_k = 1;
   std::string checkpoint_filename = "{epoch}-{step}";
@@ -51,15 +53,16 @@ struct WorkerConfig {
   bool iterable = false;    // train on the samples as an IterableDataset split by rank (shards may differ by one)
   std::string predict_dir;  // non-empty: after fit, predict predict_samples samples, written there per rank
   int64_t predict_samples = 37;
+  bool gan = false;  // train tests/gan_model.h's GAN (manual optimization, two optimizers) instead
   template <class V>
   void visit(V& v) {
     v("trainer", trainer)("samples", samples)("batch_size", batch_size)("shuffle", shuffle)("blocks", blocks)(
         "hidden", hidden)("lr", lr)("adam", adam)("dropout", dropout)("out", out)("fault_rank", fault_rank)(
-        "fault_step", fault_step)("fault_kind", fault_kind)("rank_metric", rank_metric)(
+        "fault_step", fault_step)("fault_kind", fault_kind)("rank_metric", rank_metric)("log_sync", log_sync)(
         "checkpoint_monitor", checkpoint_monitor)("checkpoint_top_k", checkpoint_top_k)(
         "checkpoint_filename", checkpoint_filename)("checkpoint_every_n_train_steps", checkpoint_every_n_train_steps)(
         "ckpt_path", ckpt_path)("fsize_limit", fsize_limit)("iterable", iterable)("predict_dir", predict_dir)(
-        "predict_samples", predict_samples);
+        "predict_samples", predict_samples)("gan", gan);
   }
 };
 
@@ -79,6 +82,24 @@ class WorkerModel : public testing::BoringModel {
 
  private:
   bool rank_metric_;
+};
+
+/// Logs 10 * rank + batch_idx + 1 per training batch with sync_dist under every reduce_fx, weighted
+/// by a per-rank batch_size (4 on rank 0, 2 elsewhere); tests/trainer/test_log_sync.cpp checks them.
+class LogSyncModel : public WorkerModel {
+ public:
+  using WorkerModel::WorkerModel;
+  torch::Tensor training_step(const Batch& b, int64_t i) override {
+    const int64_t rank = trainer()->global_rank();
+    const torch::Tensor v = torch::tensor(static_cast<double>(10 * rank + i + 1));
+    const int64_t bs = rank == 0 ? 4 : 2;
+    for (const char* fx : {"mean", "sum", "max", "min"})
+      log(std::string("sync_") + fx, v,
+          {.on_step = false, .on_epoch = true, .sync_dist = true, .reduce_fx = fx, .batch_size = bs});
+    log("local_mean", v, {.on_step = false, .on_epoch = true, .batch_size = bs});
+    log("step_max", v, {.on_step = true, .on_epoch = false, .sync_dist = true, .reduce_fx = "max"});
+    return WorkerModel::training_step(b, i);
+  }
 };
 
 /// The RandomDataset's samples as a stream, split contiguously by shard; no length.
@@ -193,7 +214,14 @@ int main(int argc, char** argv) {
     bo.lr = cfg.lr;
     bo.adam = cfg.adam;
     bo.dropout = cfg.dropout;
-    WorkerModel model(bo, cfg.rank_metric);
+    std::unique_ptr<LightningModule> owned;
+    if (cfg.gan)
+      owned = std::make_unique<testing::GanModel>();
+    else if (cfg.log_sync)
+      owned = std::make_unique<LogSyncModel>(bo, cfg.rank_metric);
+    else
+      owned = std::make_unique<WorkerModel>(bo, cfg.rank_metric);
+    LightningModule& model = *owned;
     DataLoader loader = cfg.iterable ? DataLoader(std::make_shared<RandomStream>(cfg.samples),
                                                   DataLoaderOptions{cfg.batch_size, false, false, 3})
                                      : DataLoader(std::make_shared<testing::RandomDataset>(cfg.samples),

@@ -1,0 +1,42 @@
+#include "volt/loggers/version_dir.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "volt/core/errors.h"
+
+namespace volt::detail {
+
+namespace fs = std::filesystem;
+
+int64_t next_version(const std::string& save_dir, const std::string& name) {
+  const fs::path base = fs::path(save_dir) / name;
+  std::error_code ec;
+  int64_t next = 0;
+  if (!fs::is_directory(base, ec)) return next;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("version_", 0) != 0) continue;
+    try {
+      size_t used = 0;
+      const int64_t v = std::stoll(n.substr(8), &used);
+      if (used == n.size() - 8 && v >= 0) next = std::max<int64_t>(next, v + 1);
+    } catch (...) {  // version_abc: not ours
+    }
+  }
+  return next;
+}
+
+std::string make_version_dir(const std::string& save_dir, const std::string& name, int64_t& version) {
+  const fs::path base = fs::path(save_dir) / name;
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  VOLT_CHECK(!ec, ConfigError, "cannot create log directory '", base.string(), "': ", ec.message());
+  if (version < 0) version = next_version(save_dir, name);
+  const std::string dir = (base / ("version_" + std::to_string(version))).string();
+  fs::create_directories(dir, ec);
+  VOLT_CHECK(!ec, ConfigError, "cannot create log directory '", dir, "': ", ec.message());
+  return dir;
+}
+
+}  // namespace volt::detail
