@@ -8,10 +8,13 @@
 //     (the peak is reset with /proc/self/clear_refs once setup is done, where the kernel allows it),
 //   - the cost model's expectation beside it (fp32 Adam, 16 bytes per parameter, Ψ = parameter count):
 //       DDP, NO_SHARD: 16Ψ;  SHARD_GRAD_OP: 4Ψ + 12Ψ/N;  FULL_SHARD: 16Ψ/N + 4 x largest unit (unsharded),
-//   - bytes each rank sends per step (ProcessGroup::bytes_sent, reset every step; max over ranks).
+//   - bytes each rank sends per step (ProcessGroup::comm_stats, reset every step; max over ranks),
+//   - communication time per step and how much of it was hidden behind computation: each
+//     collective's launch-to-completion time (seen on Gloo's threads) summed over the step, minus the
+//     time the training thread spent waiting for collectives (CommStats::hidden_seconds).
 //
 // Usage: bench_fsdp [data_dir] [--steps 3] [--warmup 1] [--batch 2] [--block 32] [--vocab 33278] [--ninp 512]
-//                   [--nhead 8] [--nhid 2048] [--nlayers 10] [--lr 3e-4]
+//                   [--nhead 8] [--nhid 2048] [--nlayers 10] [--lr 3e-4] [--forward-prefetch]
 //                   [--worlds 1,2,4] [--strategies ddp,no_shard,shard_grad_op,full_shard] [--results FILE]
 // A full run takes about 15 minutes on 2 cores; --results FILE keeps the raw results and resumes.
 // (data_dir defaults to ../shared/data/wikitext-2.)
@@ -23,10 +26,11 @@
 // configuration is done the parent prints one markdown table and a line of ratios.
 //
 // Memory notes: glibc's dynamic mmap threshold is pinned (mallopt) so that freed large tensors go back
-// to the OS and RSS follows live memory. Every rank builds the whole model before the strategy shards
-// it (no meta-device init), so the whole-fit peak of the sharded strategies is at least 4Ψ; the
-// training-phase columns are the ones the cost model describes. DDP also holds gradient buckets
-// (another 4Ψ unless gradient_as_bucket_view), which the 16Ψ model leaves out.
+// to the OS and RSS follows live memory. Under FSDP the demo builds its Transformer one unit at a time
+// and each unit is sharded as soon as it is built (docs/fsdp.md, "Models that do not fit"), so no rank
+// holds the whole model; bench_fsdp_init measures that set-up on a 1B model. The training-phase columns
+// are the ones the cost model describes. DDP also holds gradient buckets (another 4Ψ unless
+// gradient_as_bucket_view), which the 16Ψ model leaves out.
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -65,6 +69,7 @@ struct Args {
   int64_t vocab = 33278;  // at least; raised to the data's vocabulary if that is larger
   int64_t ninp = 512, nhead = 8, nhid = 2048, nlayers = 10;
   double lr = 3e-4;
+  bool forward_prefetch = false;  // FSDP's forward_prefetch (default false, as PyTorch's)
   std::vector<int64_t> worlds = {1, 2, 4};
   std::vector<std::string> strategies = kAllStrategies;
   // Internal: one configuration (the child's side).
@@ -108,6 +113,8 @@ Args parse(int argc, char** argv) {
       a.nhid = std::stoll(value());
     else if (k == "--nlayers")
       a.nlayers = std::stoll(value());
+    else if (k == "--forward-prefetch")
+      a.forward_prefetch = true;
     else if (k == "--lr")
       a.lr = std::stod(value());
     else if (k == "--worlds") {
@@ -168,17 +175,24 @@ class Probe : public Callback {
     peak_reset = reset_peak();
   }
   void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t) override {
-    if (pg_) pg_->reset_bytes_sent();
+    if (pg_) pg_->reset_comm_stats();
     t0_ = Clock::now();
   }
   void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor&, const Batch&, int64_t) override {
     step.push_back(seconds_since(t0_));
-    sent.push_back(pg_ ? static_cast<double>(pg_->bytes_sent()) : 0.0);
+    // Every collective of the step has been waited on by now (FSDP resolves its reduce-scatters at
+    // the end of backward, DDP waits for its buckets before the optimizer).
+    const CommStats c = pg_ ? pg_->comm_stats() : CommStats{};
+    sent.push_back(static_cast<double>(c.bytes_sent));
+    comm.push_back(c.busy_seconds);
+    exposed.push_back(std::min(c.blocked_seconds, c.busy_seconds));
   }
-  // Before teardown, which gathers the whole model again under FSDP.
+  // The peak of the training phase, before teardown.
   void on_train_end(Trainer&, LightningModule&) override { train_peak = hwm_bytes(); }
 
   std::vector<double> step, sent;
+  std::vector<double> comm;     // collectives' time in flight (s), overlapping ones added up
+  std::vector<double> exposed;  // of which the training thread waited for (s)
   int64_t params = 0, largest_unit = 0;
   double setup_peak = -1, train_peak = -1;
   bool peak_reset = false;
@@ -220,7 +234,9 @@ int run_one(const Args& a) {
   } else {
     t.strategy = "fsdp";
     t.strategy.fsdp.sharding_strategy = a.run_strategy;
-    t.strategy.fsdp.auto_wrap_policy.module_types = {"TransformerEncoderLayer", "TransformerDecoderLayer"};
+    t.strategy.fsdp.forward_prefetch = a.forward_prefetch;
+    t.strategy.fsdp.auto_wrap_policy.module_types = {"TransformerEncoderLayer", "TransformerDecoderLayer", "Embedding",
+                                                     "Linear"};
   }
 
   torch::manual_seed(1);
@@ -235,13 +251,16 @@ int run_one(const Args& a) {
   };
   const double step_s = median(timed(probe->step));
   const double sent = median(timed(probe->sent));
+  const double comm = median(timed(probe->comm));
+  const double exposed = median(timed(probe->exposed));
   const double setup_peak = probe->setup_peak;
   const double train_peak = probe->train_peak;
   const double whole_peak = std::max(setup_peak, train_peak);
   const double reset_ok = probe->peak_reset ? 1.0 : 0.0;
   // Max over ranks (min for "reset worked everywhere").
   auto mx = trainer.strategy().all_reduce(
-      torch::tensor({step_s, sent, whole_peak, whole_peak - base, train_peak, train_peak - base, base}, torch::kDouble),
+      torch::tensor({step_s, sent, whole_peak, whole_peak - base, train_peak, train_peak - base, base, comm, exposed},
+                    torch::kDouble),
       ReduceOp::Max);
   auto mn = trainer.strategy().all_reduce(torch::tensor({reset_ok}, torch::kDouble), ReduceOp::Min);
   const int64_t threads = torch::get_num_threads();
@@ -254,7 +273,7 @@ int run_one(const Args& a) {
   out << a.run_strategy << ' ' << mopt.vocab_size << ' ' << world << ' ' << trainer.world_size() << ' ' << threads
       << ' ' << probe->params << ' ' << probe->largest_unit << ' ' << timed(probe->step).size();
   for (int i = 0; i < 7; ++i) out << ' ' << v[i];
-  out << ' ' << mn.item<double>() << '\n';
+  out << ' ' << mn.item<double>() << ' ' << v[7] << ' ' << v[8] << '\n';
   return out ? 0 : 1;
 }
 
@@ -262,6 +281,7 @@ struct Row {
   std::string strategy;
   int64_t vocab = 0, world = 0, processes = 0, threads = 0, params = 0, largest_unit = 0, steps = 0;
   double step_s = 0, sent = 0, peak = 0, growth = 0, train_peak = 0, train_growth = 0, base = 0, reset_ok = 0;
+  double comm = 0, exposed = 0;  // s per step: collectives in flight, and the part the step waited for
   bool ok = false;
   std::string error;
 };
@@ -326,7 +346,8 @@ int run_all(int argc, char** argv, const Args& a) {
     std::istringstream f(line);
     Row r;
     f >> r.strategy >> r.vocab >> r.world >> r.processes >> r.threads >> r.params >> r.largest_unit >> r.steps >>
-        r.step_s >> r.sent >> r.peak >> r.growth >> r.train_peak >> r.train_growth >> r.base >> r.reset_ok;
+        r.step_s >> r.sent >> r.peak >> r.growth >> r.train_peak >> r.train_growth >> r.base >> r.reset_ok >> r.comm >>
+        r.exposed;
     if (!f) continue;
     r.ok = true;
     for (auto& row : rows)
@@ -350,26 +371,29 @@ int run_all(int argc, char** argv, const Args& a) {
   std::printf(
       "\nFSDP vs DDP on the CPU, demo Transformer (vocab %lld, ninp %lld, nhead %lld, nhid %lld, %lld+%lld "
       "layers): Ψ = %lld parameters (%.1f MB fp32), AdamW, fp32, batch %lld x block %lld per rank, median of "
-      "%lld timed steps after %lld warm-up, %lld cores (split among the ranks)\n\n",
+      "%lld timed steps after %lld warm-up, %lld cores (split among the ranks), FSDP forward_prefetch %s\n\n",
       static_cast<long long>(any->vocab), static_cast<long long>(a.ninp), static_cast<long long>(a.nhead),
       static_cast<long long>(a.nhid), static_cast<long long>(a.nlayers), static_cast<long long>(a.nlayers),
       static_cast<long long>(any->params), mb(4 * psi), static_cast<long long>(a.batch),
       static_cast<long long>(a.block), static_cast<long long>(a.steps), static_cast<long long>(a.warmup),
-      static_cast<long long>(cores));
+      static_cast<long long>(cores), a.forward_prefetch ? "on" : "off");
   std::printf(
       "| strategy | world | threads/rank | step (s) | peak RSS / rank (MB) | growth, whole fit (MB) | "
-      "growth, training (MB) | expected (MB) | training / expected | sent / rank / step (MB) | sent / 4Ψ |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "growth, training (MB) | expected (MB) | training / expected | sent / rank / step (MB) | sent / 4Ψ | "
+      "comm / step (s) | hidden (s) | hidden % |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const auto& r : rows) {
     if (!r.ok) {
-      std::printf("| %s | %lld | %s | | | | | | | | |\n", r.strategy.c_str(), static_cast<long long>(r.world),
+      std::printf("| %s | %lld | %s | | | | | | | | | | | |\n", r.strategy.c_str(), static_cast<long long>(r.world),
                   r.error.empty() ? "no result" : r.error.c_str());
       continue;
     }
     const double e = expected_bytes(r);
-    std::printf("| %s | %lld | %lld | %.2f | %.0f | %.0f | %.0f | %.0f | %.2f | %.1f | %.2f |\n", r.strategy.c_str(),
-                static_cast<long long>(r.world), static_cast<long long>(r.threads), r.step_s, mb(r.peak), mb(r.growth),
-                mb(r.train_growth), mb(e), r.train_growth / e, mb(r.sent), r.sent / (4 * psi));
+    const double hidden = std::max(0.0, r.comm - r.exposed);
+    std::printf("| %s | %lld | %lld | %.2f | %.0f | %.0f | %.0f | %.0f | %.2f | %.1f | %.2f | %.3f | %.3f | %.0f |\n",
+                r.strategy.c_str(), static_cast<long long>(r.world), static_cast<long long>(r.threads), r.step_s,
+                mb(r.peak), mb(r.growth), mb(r.train_growth), mb(e), r.train_growth / e, mb(r.sent), r.sent / (4 * psi),
+                r.comm, hidden, r.comm > 0 ? 100.0 * hidden / r.comm : 0.0);
   }
   int64_t largest = 0;
   for (const auto& r : rows)
@@ -377,8 +401,10 @@ int run_all(int argc, char** argv, const Args& a) {
   std::printf(
       "\nExpected (fp32 Adam, 16 bytes/param): DDP and NO_SHARD 16Ψ = %.0f MB; SHARD_GRAD_OP 4Ψ + 12Ψ/N; "
       "FULL_SHARD 16Ψ/N + 4 x largest unit (%lld params unsharded = %.0f MB). Growth is over the RSS just "
-      "before the model is built (max over ranks); \"whole fit\" includes building the full model on every "
-      "rank before sharding, \"training\" is the peak from the first step on%s. Sent: ring model DDP / "
+      "before the model is built (max over ranks); \"whole fit\" includes building and sharding the model, "
+      "\"training\" is the peak from the first step on%s. Comm: each collective's time from launch to completion "
+      "(Gloo's threads), summed over the step (overlapping collectives add up); hidden: the part during which the "
+      "training thread was not waiting for it (computing). Max over ranks, median over steps. Sent: ring model DDP / "
       "NO_SHARD 2(N-1)/N·4Ψ, SHARD_GRAD_OP and FULL_SHARD (N-1)/N·4Ψ gathered + (N-1)/N·4Ψ "
       "reduce-scattered (+ another (N-1)/N·4Ψ for FULL_SHARD's re-gather in backward).\n",
       mb(16 * psi), static_cast<long long>(largest), mb(4.0 * static_cast<double>(largest)),

@@ -8,6 +8,7 @@
 
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
+#include "volt/trainer/trainer.h"
 
 namespace volt::demos {
 
@@ -37,7 +38,11 @@ LanguageModel::LanguageModel(LanguageModelOptions options)
 
 void LanguageModel::configure_model() {
   if (model_) return;
-  model_ = register_module("model", std::make_shared<Transformer>(options_.transformer()));
+  // Under FSDP each layer is handed to wrap() as it is built, so no rank holds the whole model;
+  // elsewhere it is built whole (once: the layer-by-layer build constructs each layer twice).
+  UnitBuilt built;
+  if (trainer() && trainer()->strategy().name() == "fsdp") built = [this](torch::nn::Module& m) { wrap_module(m); };
+  model_ = register_module("model", std::make_shared<Transformer>(options_.transformer(), built));
 }
 
 Transformer& LanguageModel::model() const {

@@ -131,13 +131,17 @@ torch::Tensor TransformerDecoderLayer::body(const torch::Tensor& tgt, const torc
 
 // ---- encoder, decoder, nn.Transformer -----------------------------------------------------------
 
-TransformerEncoder::TransformerEncoder(const TransformerOptions& o) : torch::nn::Module("TransformerEncoder") {
-  auto list = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < o.nlayers; ++i) {
-    layers.push_back(std::make_shared<TransformerEncoderLayer>(o.ninp, o.nhead, o.nhid, o.dropout));
-    list->push_back(layers.back());
-  }
+TransformerEncoder::TransformerEncoder(const TransformerOptions& o, std::optional<int64_t> nlayers)
+    : torch::nn::Module("TransformerEncoder") {
+  register_module("layers", torch::nn::ModuleList());
   norm = register_module("norm", layer_norm(o.ninp));
+  for (int64_t i = 0; i < nlayers.value_or(o.nlayers); ++i)
+    add_layer(std::make_shared<TransformerEncoderLayer>(o.ninp, o.nhead, o.nhid, o.dropout));
+}
+
+void TransformerEncoder::add_layer(std::shared_ptr<TransformerEncoderLayer> layer) {
+  layers.push_back(layer);
+  named_children()["layers"]->as<torch::nn::ModuleList>()->push_back(std::move(layer));
 }
 
 torch::Tensor TransformerEncoder::forward(const torch::Tensor& src, const torch::Tensor& mask) {
@@ -146,13 +150,17 @@ torch::Tensor TransformerEncoder::forward(const torch::Tensor& src, const torch:
   return norm->forward(x);
 }
 
-TransformerDecoder::TransformerDecoder(const TransformerOptions& o) : torch::nn::Module("TransformerDecoder") {
-  auto list = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < o.nlayers; ++i) {
-    layers.push_back(std::make_shared<TransformerDecoderLayer>(o.ninp, o.nhead, o.nhid, o.dropout));
-    list->push_back(layers.back());
-  }
+TransformerDecoder::TransformerDecoder(const TransformerOptions& o, std::optional<int64_t> nlayers)
+    : torch::nn::Module("TransformerDecoder") {
+  register_module("layers", torch::nn::ModuleList());
   norm = register_module("norm", layer_norm(o.ninp));
+  for (int64_t i = 0; i < nlayers.value_or(o.nlayers); ++i)
+    add_layer(std::make_shared<TransformerDecoderLayer>(o.ninp, o.nhead, o.nhid, o.dropout));
+}
+
+void TransformerDecoder::add_layer(std::shared_ptr<TransformerDecoderLayer> layer) {
+  layers.push_back(layer);
+  named_children()["layers"]->as<torch::nn::ModuleList>()->push_back(std::move(layer));
 }
 
 torch::Tensor TransformerDecoder::forward(const torch::Tensor& tgt, const torch::Tensor& memory,
@@ -162,12 +170,77 @@ torch::Tensor TransformerDecoder::forward(const torch::Tensor& tgt, const torch:
   return norm->forward(x);
 }
 
-EncoderDecoder::EncoderDecoder(const TransformerOptions& o) : torch::nn::Module("Transformer") {
+EncoderDecoder::EncoderDecoder(const TransformerOptions& o, const UnitBuilt& built) : torch::nn::Module("Transformer") {
+  if (built) {
+    build_layer_by_layer(o, built);
+    return;
+  }
   encoder = register_module("encoder", std::make_shared<TransformerEncoder>(o));
   decoder = register_module("decoder", std::make_shared<TransformerDecoder>(o));
   // nn.Transformer._reset_parameters.
   for (auto& p : parameters())
     if (p.dim() > 1) torch::nn::init::xavier_uniform_(p);
+}
+
+namespace {
+torch::Tensor rng_state(at::Generator& gen) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+void set_rng_state(at::Generator& gen, const torch::Tensor& state) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+}  // namespace
+
+// [Note: the same values, one layer at a time]
+// Built whole, the random stream goes: every layer's default initialisation (encoder layers, then
+// decoder layers), then xavier_uniform_ over every matrix in parameter order, which overwrites the
+// defaults. Layer by layer, the stream must go the same way or the values would differ from a
+// single process's. Pass 1 builds each layer and drops it at once, only to record where in the
+// stream each layer's default initialisation starts and where the xavier pass starts. Pass 2 builds
+// layer i from its recorded start, then draws its xavier values from where the previous layer's
+// ended, and hands it over (FSDP shards it) before the next is built. Each layer is built twice;
+// at most one whole layer exists at a time.
+void EncoderDecoder::build_layer_by_layer(const TransformerOptions& o, const UnitBuilt& built) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  auto make_encoder_layer = [&] {
+    return std::make_shared<TransformerEncoderLayer>(o.ninp, o.nhead, o.nhid, o.dropout);
+  };
+  auto make_decoder_layer = [&] {
+    return std::make_shared<TransformerDecoderLayer>(o.ninp, o.nhead, o.nhid, o.dropout);
+  };
+  std::vector<torch::Tensor> starts;
+  for (int64_t i = 0; i < 2 * o.nlayers; ++i) {
+    starts.push_back(rng_state(gen));
+    if (i < o.nlayers)
+      make_encoder_layer();
+    else
+      make_decoder_layer();
+  }
+  torch::Tensor xavier = rng_state(gen);
+  encoder = register_module("encoder", std::make_shared<TransformerEncoder>(o, 0));
+  decoder = register_module("decoder", std::make_shared<TransformerDecoder>(o, 0));
+  auto finish = [&](torch::nn::Module& layer) {
+    set_rng_state(gen, xavier);
+    for (auto& p : layer.parameters())
+      if (p.dim() > 1) torch::nn::init::xavier_uniform_(p);
+    xavier = rng_state(gen);
+    built(layer);
+  };
+  for (int64_t i = 0; i < 2 * o.nlayers; ++i) {
+    set_rng_state(gen, starts[i]);
+    if (i < o.nlayers) {
+      auto layer = make_encoder_layer();
+      finish(*layer);
+      encoder->add_layer(layer);
+    } else {
+      auto layer = make_decoder_layer();
+      finish(*layer);
+      decoder->add_layer(layer);
+    }
+  }
+  set_rng_state(gen, xavier);  // where the whole build leaves the stream
 }
 
 torch::Tensor EncoderDecoder::forward(const torch::Tensor& src, const torch::Tensor& tgt,
@@ -200,12 +273,17 @@ torch::Tensor PositionalEncoding::forward(const torch::Tensor& x) {
   return torch::dropout(y, dropout_, is_training());
 }
 
-Transformer::Transformer(TransformerOptions options) : torch::nn::Module("Transformer"), options_(options) {
+Transformer::Transformer(TransformerOptions options, const UnitBuilt& built)
+    : torch::nn::Module("Transformer"), options_(options) {
   options_.validate();
+  auto unit = [&](auto m) {
+    if (built) built(*m);
+    return m;
+  };
   pos_encoder = register_module("pos_encoder", std::make_shared<PositionalEncoding>(options_.ninp, options_.dropout));
-  embedding = register_module("embedding", torch::nn::Embedding(options_.vocab_size, options_.ninp));
-  transformer = register_module("transformer", std::make_shared<EncoderDecoder>(options_));
-  decoder = register_module("decoder", torch::nn::Linear(options_.ninp, options_.vocab_size));
+  embedding = register_module("embedding", unit(hooked(torch::nn::Embedding(options_.vocab_size, options_.ninp))));
+  transformer = register_module("transformer", std::make_shared<EncoderDecoder>(options_, built));
+  decoder = register_module("decoder", unit(hooked(torch::nn::Linear(options_.ninp, options_.vocab_size))));
 }
 
 torch::Tensor Transformer::generate_square_subsequent_mask(int64_t t, torch::Device device) {

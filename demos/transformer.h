@@ -15,11 +15,14 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "volt/core/hooked_module.h"
+#include "volt/core/hooked_wrapper.h"
 
 namespace volt::demos {
 
@@ -89,10 +92,17 @@ class TransformerDecoderLayer : public HookedModule {
   double dropout_;
 };
 
+/// Called with each unit of the model as soon as it is built and initialised (the embedding, every
+/// encoder and decoder layer, the output layer), in build order: LightningModule::wrap, so FSDP can
+/// shard it before the next one exists. Empty: nothing is called.
+using UnitBuilt = std::function<void(torch::nn::Module&)>;
+
 /// torch.nn.TransformerEncoder: `layers.N.*` then a final `norm`.
 class TransformerEncoder : public torch::nn::Module {
  public:
-  TransformerEncoder(const TransformerOptions& o);
+  /// `nlayers` layers (o.nlayers by default; 0: the caller adds them with add_layer).
+  explicit TransformerEncoder(const TransformerOptions& o, std::optional<int64_t> nlayers = std::nullopt);
+  void add_layer(std::shared_ptr<TransformerEncoderLayer> layer);
   torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& mask);
   std::vector<std::shared_ptr<TransformerEncoderLayer>> layers;
   torch::nn::LayerNorm norm{nullptr};
@@ -101,7 +111,8 @@ class TransformerEncoder : public torch::nn::Module {
 /// torch.nn.TransformerDecoder: `layers.N.*` then a final `norm`.
 class TransformerDecoder : public torch::nn::Module {
  public:
-  TransformerDecoder(const TransformerOptions& o);
+  explicit TransformerDecoder(const TransformerOptions& o, std::optional<int64_t> nlayers = std::nullopt);
+  void add_layer(std::shared_ptr<TransformerDecoderLayer> layer);
   torch::Tensor forward(const torch::Tensor& tgt, const torch::Tensor& memory, const torch::Tensor& tgt_mask);
   std::vector<std::shared_ptr<TransformerDecoderLayer>> layers;
   torch::nn::LayerNorm norm{nullptr};
@@ -111,10 +122,14 @@ class TransformerDecoder : public torch::nn::Module {
 /// Construction applies xavier_uniform_ to every parameter with dim > 1, as PyTorch's does.
 class EncoderDecoder : public torch::nn::Module {
  public:
-  EncoderDecoder(const TransformerOptions& o);
+  /// With `built`, layer by layer (see build_layer_by_layer): the same values, bit for bit.
+  explicit EncoderDecoder(const TransformerOptions& o, const UnitBuilt& built = {});
   torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& tgt, const torch::Tensor& tgt_mask);
   std::shared_ptr<TransformerEncoder> encoder;
   std::shared_ptr<TransformerDecoder> decoder;
+
+ private:
+  void build_layer_by_layer(const TransformerOptions& o, const UnitBuilt& built);
 };
 
 /// The longest sequence the demo model takes (its positional table, as Lightning's demo).
@@ -140,7 +155,9 @@ class PositionalEncoding : public torch::nn::Module {
 /// The demo model. forward(inputs, target) -> log-probabilities [B*T, vocab_size].
 class Transformer : public torch::nn::Module {
  public:
-  explicit Transformer(TransformerOptions options = {});
+  /// `built` (optional): called with each unit as soon as it is built (UnitBuilt). The values do not
+  /// depend on it: built whole or unit by unit, the same seed gives the same model.
+  explicit Transformer(TransformerOptions options = {}, const UnitBuilt& built = {});
   /// inputs, target: int64 [B, T] token ids. `mask` is the additive target mask [T, T]; by default
   /// the causal mask (-inf above the diagonal).
   torch::Tensor forward(const torch::Tensor& inputs, const torch::Tensor& target, torch::Tensor mask = {});
@@ -154,9 +171,10 @@ class Transformer : public torch::nn::Module {
   std::vector<std::shared_ptr<HookedModule>> layers() const;
 
   std::shared_ptr<PositionalEncoding> pos_encoder;
-  torch::nn::Embedding embedding{nullptr};
+  /// Stock layers wrapped (volt::hooked, same parameter names) so FSDP can make them units.
+  Hooked<torch::nn::Embedding> embedding{nullptr};
   std::shared_ptr<EncoderDecoder> transformer;
-  torch::nn::Linear decoder{nullptr};
+  Hooked<torch::nn::Linear> decoder{nullptr};
 
  private:
   TransformerOptions options_;

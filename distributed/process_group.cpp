@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 // The PyTorch wheel's LibTorch ships no gloo headers: Gloo is then unavailable (NCCL remains)
@@ -25,11 +26,45 @@
 
 namespace volt {
 
+namespace detail {
+struct CommClock {
+  using Clock = std::chrono::steady_clock;
+  std::atomic<int64_t> busy_ns{0};     // added on Gloo's threads as collectives complete
+  std::atomic<int64_t> blocked_ns{0};  // added by the issuing thread
+  int64_t bytes_base = 0;              // bytes_sent() at the last reset (issuing thread only)
+  static int64_t since(Clock::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  }
+};
+}  // namespace detail
+
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<PeerWatchdog> watchdog;  // shared with the sub-groups; null in a world of one
   c10::intrusive_ptr<compat::C10dBackend> pg;
+  std::shared_ptr<detail::CommClock> clock = std::make_shared<detail::CommClock>();
+  /// The clock pending work charges: on Gloo only (NCCL's completion is invisible to the host).
+  std::shared_ptr<detail::CommClock> work_clock(bool nccl) const { return nccl ? nullptr : clock; }
 };
+
+namespace {
+/// A synchronous collective: busy and blocked for as long as the scope lasts.
+class SyncTimer {
+ public:
+  explicit SyncTimer(detail::CommClock& c) : c_(c), t0_(detail::CommClock::Clock::now()) {}
+  ~SyncTimer() {
+    const int64_t ns = detail::CommClock::since(t0_);
+    c_.busy_ns += ns;
+    c_.blocked_ns += ns;
+  }
+  SyncTimer(const SyncTimer&) = delete;
+  SyncTimer& operator=(const SyncTimer&) = delete;
+
+ private:
+  detail::CommClock& c_;
+  detail::CommClock::Clock::time_point t0_;
+};
+}  // namespace
 
 namespace {
 
@@ -87,8 +122,22 @@ constexpr bool kHaveNccl = false;
 }  // namespace
 
 CollectiveWork::CollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish,
-                               std::shared_ptr<PeerWatchdog> watchdog)
-    : work_(std::move(work)), what_(std::move(what)), finish_(std::move(finish)), watchdog_(std::move(watchdog)) {}
+                               std::shared_ptr<PeerWatchdog> watchdog, std::shared_ptr<detail::CommClock> clock)
+    : work_(std::move(work)),
+      what_(std::move(what)),
+      finish_(std::move(finish)),
+      watchdog_(std::move(watchdog)),
+      clock_(std::move(clock)) {
+  if (!clock_ || !work_) return;
+  // Completion is seen on the backend's thread, whenever the issuing thread looks (or not).
+  const auto t0 = detail::CommClock::Clock::now();
+  try {
+    work_->getFuture()->addCallback(
+        [c = clock_, t0](c10::ivalue::Future&) { c->busy_ns += detail::CommClock::since(t0); });
+  } catch (const std::exception&) {
+    clock_.reset();  // a backend without futures: not timed
+  }
+}
 
 namespace {
 // Why a collective failed: the peer failure the watchdog knows of (waiting for its judgement, as a
@@ -103,6 +152,16 @@ std::string failure_cause(const std::shared_ptr<PeerWatchdog>& w) {
 }  // namespace
 
 void CollectiveWork::wait() {
+  const auto t0 = detail::CommClock::Clock::now();
+  struct Charge {  // the wait, and the finishing step (a local sum on Gloo) as communication time
+    detail::CommClock* c;
+    detail::CommClock::Clock::time_point t0;
+    ~Charge() {
+      if (!c) return;
+      const int64_t ns = detail::CommClock::since(t0);
+      c->blocked_ns += ns;
+    }
+  } charge{clock_.get(), t0};
   try {
     if (watchdog_ && work_ && watchdog_->failed()) watchdog_->check(what_);
     PeerWatchdog::Blocked blocked(work_ ? watchdog_.get() : nullptr, what_);
@@ -121,7 +180,9 @@ void CollectiveWork::wait() {
   if (finish_) {
     auto f = std::move(finish_);
     finish_ = nullptr;
+    const auto f0 = detail::CommClock::Clock::now();
     f();
+    if (clock_) clock_->busy_ns += detail::CommClock::since(f0);
   }
 }
 
@@ -261,7 +322,7 @@ CollectiveWork ProcessGroup::all_reduce_async(torch::Tensor& t, ReduceOp op) {
             target.copy_(wire);
           }
         },
-        impl_->watchdog);
+        impl_->watchdog, impl_->work_clock(nccl_));
   } catch (const std::exception& e) {
     fail("all_reduce", e);
   }
@@ -285,7 +346,7 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
     try {
       auto work = impl_->pg->_allgather_base(out, in);
       if (out.is_same(flat) || out.data_ptr() == flat.data_ptr())
-        return CollectiveWork(work, describe("all_gather"), nullptr, impl_->watchdog);
+        return CollectiveWork(work, describe("all_gather"), nullptr, impl_->watchdog, impl_->work_clock(nccl_));
       torch::Tensor target = flat;
       return CollectiveWork(
           work, describe("all_gather"),
@@ -293,7 +354,7 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
             at::AutoDispatchBelowADInplaceOrView guard;
             target.view(-1).copy_(out);
           },
-          impl_->watchdog);
+          impl_->watchdog, impl_->work_clock(nccl_));
     } catch (const std::exception& e) {
       fail("all_gather", e);
     }
@@ -305,7 +366,8 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
   std::vector<torch::Tensor> inputs{as_wire(shard.contiguous().view(-1))};
   bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
   try {
-    return CollectiveWork(impl_->pg->allgather(outputs, inputs), describe("all_gather"), nullptr, impl_->watchdog);
+    return CollectiveWork(impl_->pg->allgather(outputs, inputs), describe("all_gather"), nullptr, impl_->watchdog,
+                          impl_->work_clock(nccl_));
   } catch (const std::exception& e) {
     fail("all_gather", e);
   }
@@ -314,45 +376,63 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
 void ProcessGroup::all_gather(torch::Tensor& flat, const torch::Tensor& shard) { all_gather_async(flat, shard).wait(); }
 
 void ProcessGroup::reduce_scatter(torch::Tensor& shard, const torch::Tensor& full, ReduceOp op) {
+  reduce_scatter_async(shard, full, op).wait();
+}
+
+CollectiveWork ProcessGroup::reduce_scatter_async(torch::Tensor& shard, const torch::Tensor& full, ReduceOp op) {
   VOLT_CHECK(full.numel() == shard.numel() * size_, DistributedError, describe("reduce_scatter"), ": input has ",
              full.numel(), " elements, expected ", shard.numel() * size_);
+  VOLT_CHECK(op == ReduceOp::Sum || op == ReduceOp::Mean, DistributedError, describe("reduce_scatter"),
+             ": only sum and mean are supported");
   at::AutoDispatchBelowADInplaceOrView guard;
   if (size_ == 1) {
     shard.view(-1).copy_(full.view(-1));
-    return;
+    return {};
   }
+  check_peers("reduce_scatter");
+  torch::Tensor target = shard;
   if (nccl_) {
     torch::Tensor in = on_wire_device(full).contiguous().view(-1);
     torch::Tensor out = torch::empty({shard.numel()}, in.options());
     c10d::ReduceScatterOptions o;
     o.reduceOp = op == ReduceOp::Mean ? c10d::ReduceOp(c10d::ReduceOp::AVG) : to_c10d(op);
-    bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
-    auto blocked = enter("reduce_scatter");
+    bytes_sent_ += shard.numel() * in.element_size() * (size_ - 1);  // the wire dtype, not the shard's
     try {
-      impl_->pg->_reduce_scatter_base(out, in, o)->wait();
+      auto work = impl_->pg->_reduce_scatter_base(out, in, o);
+      return CollectiveWork(
+          work, describe("reduce_scatter"),
+          [target, out, in]() mutable {
+            at::AutoDispatchBelowADInplaceOrView g;
+            target.view(-1).copy_(out);
+          },
+          impl_->watchdog, impl_->work_clock(nccl_));
     } catch (const std::exception& e) {
       fail("reduce_scatter", e);
     }
-    shard.view(-1).copy_(out);
-    return;
   }
-  // all-to-all: chunk j of every rank lands on rank j; then sum locally in fp32.
+  // all-to-all: chunk j of every rank lands on rank j; then sum locally in fp32 (when waited on).
   torch::Tensor in = as_wire(full.contiguous().view(-1));
   torch::Tensor out = torch::empty_like(in);
   std::vector<int64_t> splits(size_, shard.numel());
-  bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
-  auto blocked = enter("reduce_scatter (all_to_all)");
+  bytes_sent_ += shard.numel() * in.element_size() * (size_ - 1);
+  const bool bf16 = full.scalar_type() == at::kBFloat16;
+  const int64_t n = size_;
   try {
-    impl_->pg->alltoall_base(out, in, splits, splits)->wait();
+    auto work = impl_->pg->alltoall_base(out, in, splits, splits);
+    return CollectiveWork(
+        work, describe("reduce_scatter (all_to_all)"),
+        [target, out, in, bf16, n, op]() mutable {
+          at::AutoDispatchBelowADInplaceOrView g;
+          in = torch::Tensor();  // the input may go as soon as the exchange is done
+          torch::Tensor o = bf16 ? out.view(at::kBFloat16) : out;
+          torch::Tensor acc = o.view({n, target.numel()}).to(at::kFloat).sum(0);
+          if (op == ReduceOp::Mean) acc.div_(static_cast<double>(n));
+          target.view(-1).copy_(acc);
+        },
+        impl_->watchdog, impl_->work_clock(nccl_));
   } catch (const std::exception& e) {
     fail("reduce_scatter (all_to_all)", e);
   }
-  if (full.scalar_type() == at::kBFloat16) out = out.view(at::kBFloat16);
-  torch::Tensor acc = out.view({size_, shard.numel()}).to(at::kFloat).sum(0);
-  if (op == ReduceOp::Mean) acc.div_(static_cast<double>(size_));
-  VOLT_CHECK(op == ReduceOp::Sum || op == ReduceOp::Mean, DistributedError, describe("reduce_scatter"),
-             ": only sum and mean are supported");
-  shard.view(-1).copy_(acc);
 }
 
 void ProcessGroup::broadcast(torch::Tensor& t, int64_t src) {
@@ -363,6 +443,7 @@ void ProcessGroup::broadcast(torch::Tensor& t, int64_t src) {
   o.rootRank = src;
   if (rank_ == src) bytes_sent_ += wire.numel() * wire.element_size();
   auto blocked = enter("broadcast");
+  SyncTimer timer(*impl_->clock);
   try {
     impl_->pg->broadcast(v, o)->wait();
   } catch (const std::exception& e) {
@@ -379,6 +460,7 @@ void ProcessGroup::barrier(const std::string& name) {
   // A tiny all-reduce: unlike Gloo's barrier it reports a dead peer like any collective.
   torch::Tensor t = on_wire_device(torch::zeros({1}));
   auto blocked = enter("barrier '" + name + "'");
+  SyncTimer timer(*impl_->clock);
   try {
     std::vector<torch::Tensor> v{t};
     impl_->pg->allreduce(v)->wait();
@@ -399,6 +481,20 @@ std::vector<torch::Tensor> ProcessGroup::all_gather_list(const torch::Tensor& t)
   std::vector<torch::Tensor> out;
   for (auto& c : flat.chunk(size_)) out.push_back(c.view(t.sizes()));
   return out;
+}
+
+CommStats ProcessGroup::comm_stats() const {
+  CommStats st;
+  st.bytes_sent = bytes_sent_ - impl_->clock->bytes_base;
+  st.busy_seconds = static_cast<double>(impl_->clock->busy_ns.load()) * 1e-9;
+  st.blocked_seconds = static_cast<double>(impl_->clock->blocked_ns.load()) * 1e-9;
+  return st;
+}
+
+void ProcessGroup::reset_comm_stats() {
+  impl_->clock->busy_ns = 0;
+  impl_->clock->blocked_ns = 0;
+  impl_->clock->bytes_base = bytes_sent_;
 }
 
 }  // namespace volt

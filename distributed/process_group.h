@@ -41,12 +41,30 @@ struct ProcessGroupOptions {
   LivenessOptions liveness;
 };
 
+/// What a group's collectives cost this rank since the last reset (benchmarks read it to show the
+/// communication hidden behind computation).
+struct CommStats {
+  int64_t bytes_sent = 0;
+  /// Σ over collectives of launch → completion: overlapping collectives add up. Timed on Gloo
+  /// (completion is seen on its threads); on NCCL the host cannot see completion, so it is 0.
+  double busy_seconds = 0;
+  /// Time the issuing thread spent blocked on collectives (waits and synchronous calls).
+  double blocked_seconds = 0;
+  /// Communication that ran while the issuing thread did something else: busy - blocked (>= 0).
+  double hidden_seconds() const { return busy_seconds > blocked_seconds ? busy_seconds - blocked_seconds : 0.0; }
+};
+
+namespace detail {
+struct CommClock;  // a group's counters, shared with its pending work (thread-safe)
+}
+
 /// A pending collective. wait() rethrows failures as DistributedError; `finish` (if set) runs after.
 class CollectiveWork {
  public:
   CollectiveWork() = default;
+  /// `clock` (optional) is charged with the collective's time: launch to completion, and the wait.
   CollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish,
-                 std::shared_ptr<PeerWatchdog> watchdog = nullptr);
+                 std::shared_ptr<PeerWatchdog> watchdog = nullptr, std::shared_ptr<detail::CommClock> clock = nullptr);
   void wait();
   bool valid() const { return static_cast<bool>(work_) || static_cast<bool>(finish_); }
 
@@ -55,6 +73,7 @@ class CollectiveWork {
   std::string what_;
   std::function<void()> finish_;
   std::shared_ptr<PeerWatchdog> watchdog_;
+  std::shared_ptr<detail::CommClock> clock_;
 };
 
 class ProcessGroup {
@@ -82,6 +101,9 @@ class ProcessGroup {
   CollectiveWork all_gather_async(torch::Tensor& flat, const torch::Tensor& shard);
   /// `full` (numel divisible by size) is reduced across ranks; this rank's chunk goes to `shard`.
   void reduce_scatter(torch::Tensor& shard, const torch::Tensor& full, ReduceOp op);
+  /// As reduce_scatter, returning at once: `shard` holds the result after wait(). Both tensors
+  /// must stay alive until then (the work keeps the buffers it needs).
+  CollectiveWork reduce_scatter_async(torch::Tensor& shard, const torch::Tensor& full, ReduceOp op);
   void broadcast(torch::Tensor& t, int64_t src_group_rank = 0);
   void barrier(const std::string& name = "barrier");
   /// Every rank's tensor of the same shape, gathered into a list (small metadata exchanges).
@@ -94,6 +116,10 @@ class ProcessGroup {
   /// Bytes this rank sent in collectives since construction (counting, for benchmarks).
   int64_t bytes_sent() const { return bytes_sent_; }
   void reset_bytes_sent() { bytes_sent_ = 0; }
+  /// Bytes and times since the last reset_comm_stats() (or construction). Call from the issuing
+  /// thread once its collectives are waited on.
+  CommStats comm_stats() const;
+  void reset_comm_stats();
 
  private:
   /// Rank 0 of a store it serves: returns once every other rank has connected.

@@ -4,6 +4,9 @@
 #include <cmath>
 
 #include "volt/core/errors.h"
+#include "volt/core/hooked_module.h"
+#include "volt/strategies/strategy.h"
+#include "volt/trainer/trainer.h"
 
 namespace volt {
 
@@ -83,6 +86,13 @@ void LightningModule::log_dict(const std::map<std::string, torch::Tensor>& value
 void LightningModule::log_dict(const std::map<std::string, double>& values, LogOptions options) {
   VOLT_CHECK(log_sink_ != nullptr, ConfigError, "log_dict() called outside fit/validate/test");
   for (const auto& [name, value] : values) log(name, value, options);
+}
+
+void LightningModule::wrap_module(torch::nn::Module& module) {
+  VOLT_CHECK(is_hooked(module), ConfigError, "wrap(): '", module.name(),
+             "' is not a volt::HookedModule, so no strategy can act around its forward; wrap it as "
+             "volt::hooked(module) (core/hooked_wrapper.h) or derive it from HookedModule");
+  if (trainer_) trainer_->strategy().wrap(module);
 }
 
 }  // namespace volt

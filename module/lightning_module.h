@@ -85,6 +85,20 @@ class LightningModule : public torch::nn::Module {
   /// Build layers here when they should be created only once the strategy is known (large models).
   /// Called once per fit/validate/test before the strategy sets the model up; must be idempotent.
   virtual void configure_model() {}
+  /// Declares `module` (a HookedModule: volt::hooked(...) makes one of any module) complete. Call
+  /// it in configure_model() as each large layer is built: under strategy "fsdp", when
+  /// auto_wrap_policy selects the module (by type or size; a name predicate sees "" here), it
+  /// becomes a unit and its parameters are sharded at once, so no rank ever holds the whole model,
+  /// only the layers built so far as shards plus the one being built (deferred initialization; the
+  /// values are those a single process builds from the same seed). Anywhere else (one device, DDP,
+  /// a module the policy does not pick, outside a Trainer) it returns `module` unchanged, so one
+  /// configure_model() serves every strategy. Wrap inner modules before the ones holding them.
+  template <class M>
+  M wrap(M module) {
+    wrap_module(*module);
+    return module;
+  }
+  void wrap_module(torch::nn::Module& module);
   /// One optimizer (an OptimizerConfig, or the optimizer alone) or several (a list; they need
   /// manual optimization). Called once per fit, after configure_model().
   virtual Optimizers configure_optimizers() = 0;

@@ -12,8 +12,12 @@
 
 namespace volt {
 
+/// A module type name as users write it: "torch::nn::TransformerEncoderLayerImpl" -> "TransformerEncoderLayer".
+std::string short_type_name(const std::string& type);
+
 /// True when `policy` picks `module` (named `name` in the model): its type is listed, the predicate
-/// says so, or (size based) it is a HookedModule with at least min_num_params parameters.
+/// says so (a type matches by its full name or its short_type_name), or (size based) it is a HookedModule with at least
+/// min_num_params parameters.
 bool policy_selects(const ModulePolicy& policy, const torch::nn::Module& module, const std::string& name);
 
 /// The submodules of `root` (root excluded) the policy picks, in named_modules() order. Every pick

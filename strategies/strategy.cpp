@@ -27,6 +27,11 @@ torch::Device Strategy::root_device() const {
 }
 
 void Strategy::setup_module(LightningModule& module) {
+  for (const auto& kv : module.named_parameters())
+    VOLT_CHECK(kv.value().sizes() != c10::IntArrayRef{0}, ConfigError, "parameter '", kv.key(),
+               "' is empty: this model was left sharded by an FSDP Trainer after fit and that Trainer is gone. Call "
+               "trainer.strategy().unshard_module(model) while the Trainer exists to get it back whole (or save a "
+               "checkpoint and load it)");
   module.to(root_device());
   precision_.convert_module(module);
   const size_t n = apply_activation_checkpointing(module, ac_policy_, ac_key_);
@@ -42,9 +47,16 @@ void Strategy::set_activation_checkpointing(ModulePolicy policy, std::string con
 
 Batch Strategy::batch_to_device(const Batch& batch) const {
   const torch::Device dev = root_device();
-  if (dev.is_cpu()) return batch;
+  // Under a 16-bit "-true" precision floating inputs take the model's dtype, as Lightning's
+  // HalfPrecision.convert_input does (token ids and other integers are left alone).
+  const at::ScalarType p = precision_.param_dtype();
+  const bool cast = p == at::kBFloat16 || p == at::kHalf;
+  if (dev.is_cpu() && !cast) return batch;
   // Every tensor, named and nested too. Pinned host memory lets the copy run asynchronously.
-  return batch.map([&](const torch::Tensor& t) { return t.to(dev, /*non_blocking=*/t.is_pinned()); });
+  return batch.map([&](const torch::Tensor& t) {
+    torch::Tensor x = dev.is_cpu() ? t : t.to(dev, /*non_blocking=*/t.is_pinned());
+    return cast && x.is_floating_point() ? x.to(p) : x;
+  });
 }
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {

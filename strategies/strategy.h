@@ -49,7 +49,9 @@ class Strategy {
   virtual int64_t world_size() const { return 1; }
   bool is_global_zero() const { return global_rank() == 0; }
   torch::Device root_device() const;
-  /// The batch on root_device() (a copy unless already there; asynchronous from pinned memory).
+  /// The batch on root_device() (a copy unless already there; asynchronous from pinned memory),
+  /// with floating tensors cast to the parameter dtype under "bf16-true"/"16-true" (Lightning's
+  /// convert_input); integer tensors such as token ids are left alone.
   Batch batch_to_device(const Batch& batch) const;
   const Precision& precision() const { return precision_; }
   /// The precision's state (the loss scaler of "16-mixed"), for checkpoints.
@@ -59,15 +61,24 @@ class Strategy {
   // ---- model, optimizer, data -------------------------------------------------------------
   /// Moves the model to its device and dtype; distributed strategies broadcast or shard it.
   virtual void setup_module(LightningModule& module);
+  /// LightningModule::wrap during configure_model(): `unit` (a HookedModule, complete) becomes a
+  /// unit of the strategy now, before the rest of the model exists. FSDP shards it at once;
+  /// others do nothing. Collective where the strategy's set-up is (every rank wraps the same
+  /// modules in the same order).
+  virtual void wrap(torch::nn::Module& unit) {}
   /// Adapts the optimizer configure_optimizers returned (FSDP points it at the shards).
   virtual void setup_optimizer(LightningModule& module, OptimizerConfig& config) {}
   /// Restricts a loader to this rank's share (distributed strategies).
   /// Restricts `loader` to this rank's share (a no-op on one process). `pad`: every rank gets the
   /// same number of batches, repeating samples (DistributedSampler); false: every sample once.
   virtual void setup_dataloader(DataLoader& loader, bool pad = true) {}
-  /// Undoes setup_module's changes to the module (interceptors, sharding) so it can be used alone.
-  /// Overrides call this base last (it removes activation checkpointing).
+  /// Undoes setup_module's changes to the module (interceptors) at the end of fit/validate/test/
+  /// predict. FSDP keeps it sharded (see unshard_module). Overrides call this base last (it
+  /// removes activation checkpointing).
   virtual void teardown(LightningModule& module);
+  /// Gives a module this strategy keeps sharded after teardown (FSDP) its full parameters again on
+  /// every rank (a collective: every rank calls it). Others: nothing to do.
+  virtual void unshard_module(LightningModule& module) {}
   /// Activation checkpointing for the submodules `policy` picks, installed by setup_module
   /// (make_strategy sets it from the config; `config_key` names the policy in errors).
   void set_activation_checkpointing(ModulePolicy policy, std::string config_key);

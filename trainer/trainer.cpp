@@ -132,7 +132,7 @@ void Trainer::finish(LightningModule& module, const std::string& stage) {
   if (logger_) logger_->finalize("success");
   hooks_.teardown(module, stage);
   if (stage == "fit") optimization_.release();
-  // Give the module back whole (FSDP gathers it), so it can be used or trained again.
+  // Interceptors off; FSDP keeps the module sharded (strategy().unshard_module gathers it).
   strategy_->teardown(module);
   module_ready_ = false;
   stage_ = RunningStage::None;

@@ -8,7 +8,7 @@
 namespace volt::detail {
 
 FlatParam::FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries, int64_t shard_rank, int64_t shard_size,
-                     at::ScalarType param_dtype, torch::Device device, bool offload)
+                     at::ScalarType param_dtype, torch::Device device, bool offload, at::ScalarType shard_dtype)
     : unit_name_(std::move(unit_name)),
       entries_(std::move(entries)),
       shard_rank_(shard_rank),
@@ -28,19 +28,22 @@ FlatParam::FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries,
   padded_ = (numel_ + shard_size_ - 1) / shard_size_ * shard_size_;
   if (padded_ == 0) padded_ = shard_size_;
   const int64_t sn = padded_ / shard_size_;
-  // The initial full flat values, then this rank's shard of them.
-  auto fopts = torch::TensorOptions().dtype(torch::kFloat).device(shard_device);
-  torch::Tensor flat = torch::zeros({padded_}, fopts);
-  for (auto& e : entries_) flat.narrow(0, e.offset, e.numel).copy_(e.param.detach().reshape(-1));
-  shard_ = flat.narrow(0, shard_rank_ * sn, sn).clone();
+  // This rank's shard, copied piece by piece from the parameters that overlap it: no full-size
+  // temporary, so a unit being sharded costs its own size once (its parameters), not twice.
+  auto fopts = torch::TensorOptions().dtype(shard_dtype).device(shard_device);
+  shard_ = torch::zeros({sn}, fopts);
+  const int64_t lo = shard_rank_ * sn, hi = lo + sn;
+  for (auto& e : entries_) {
+    const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+    if (a < b) shard_.narrow(0, a - lo, b - a).copy_(e.param.detach().reshape(-1).narrow(0, a - e.offset, b - a));
+  }
   if (offload_) shard_ = shard_.pin_memory();
-  flat = torch::Tensor();
   // Module parameters become views into the unsharded buffer.
   full_ = torch::empty({padded_}, fopts.dtype(param_dtype_).device(device));
   for (auto& e : entries_) e.param.set_data(full_.narrow(0, e.offset, e.numel).view(e.shape));
   compat::free_storage(full_);
+  state_ = UnitState::Sharded;
   // This rank's slices of each parameter (what the optimizer sees).
-  const int64_t lo = shard_rank_ * sn, hi = lo + sn;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const auto& e = entries_[i];
     const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
@@ -54,6 +57,24 @@ FlatParam::FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries,
     s.view.requires_grad_(true);
     slices_.push_back(s);
   }
+}
+
+void FlatParam::release_params() {
+  reshard();
+  for (auto& e : entries_) {
+    e.param.mutable_grad() = torch::Tensor();
+    e.param.set_data(torch::empty({0}, e.param.options()));
+  }
+  for (auto& s : slices_) s.view.mutable_grad() = torch::Tensor();
+  shard_grad_ = torch::Tensor();
+}
+
+void FlatParam::bind_params() {
+  // Views are taken with the storage present (the bounds check of a view wants it), then freed.
+  compat::refill_storage(full_, static_cast<size_t>(padded_) * full_.element_size());
+  for (auto& e : entries_) e.param.set_data(full_.narrow(0, e.offset, e.numel).view(e.shape));
+  compat::free_storage(full_);
+  state_ = UnitState::Sharded;
 }
 
 size_t FlatParam::unsharded_bytes() const { return compat::storage_nbytes(full_); }
@@ -89,55 +110,75 @@ void FlatParam::reshard() {
   state_ = UnitState::Sharded;
 }
 
-void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate_pg, at::ScalarType reduce_dtype,
-                                 int64_t world_size) {
+bool FlatParam::reduce_gradients_async(ProcessGroup* shard_pg, at::ScalarType reduce_dtype, int64_t world_size) {
   torch::NoGradGuard ng;
+  wait_reduce();
   // Every rank takes part in the collectives for every unit, whether or not it got gradients here
   // (missing ones count as zeros): deciding locally to skip would put the ranks' collectives out of
-  // step. Each rank's chunk carries one extra element, 1 if this rank had any gradient, so the
-  // reduced chunk tells every rank whether *any* rank had one; if none did, the shard gradient
-  // stays as it was (undefined: the optimizer skips the parameters, as on a single device).
+  // step. Whether *any* rank had one is settled later, for all units at once (finish_reduce).
   bool any = false;
   for (auto& e : entries_) any = any || e.param.grad().defined();
-  const int64_t sn = shard_numel(), chunk = sn + 1;
+  const int64_t sn = shard_numel();
   auto opts = torch::TensorOptions().dtype(reduce_dtype).device(full_.device());
-  torch::Tensor flat = torch::zeros({padded_}, opts);
+  // Filled piece by piece, each parameter's gradient freed as soon as it is copied: the buffer's
+  // pages are touched as the gradients go, so the unit's gradients are held about once, not twice.
+  torch::Tensor flat = torch::empty({padded_}, opts);
   for (auto& e : entries_) {
-    if (e.param.grad().defined()) flat.narrow(0, e.offset, e.numel).copy_(e.param.grad().reshape(-1));
-    e.param.mutable_grad() = torch::Tensor();  // free the full gradient
+    torch::Tensor dst = flat.narrow(0, e.offset, e.numel);
+    if (e.param.grad().defined())
+      dst.copy_(e.param.grad().reshape(-1));
+    else
+      dst.zero_();
+    e.param.mutable_grad() = torch::Tensor();
   }
-  const bool alone = shard_size_ == 1 && (!replicate_pg || replicate_pg->size() == 1);
-  if (alone) {
-    // Nobody to agree with: no flag, no collective, no device sync.
-    if (!any) return;
-    accumulate_shard_grad(flat.narrow(0, 0, sn).to(torch::kFloat).div_(static_cast<double>(world_size)));
-    return;
-  }
-  // Rank r's chunk: its sn gradient values, then the flag.
-  torch::Tensor flags = torch::full({shard_size_, 1}, any ? 1.0 : 0.0, opts);
-  flat = torch::cat({flat.view({shard_size_, sn}), flags}, 1).reshape(-1);
+  if (padded_ > numel_) flat.narrow(0, numel_, padded_ - numel_).zero_();
   // fp16 (16-mixed) has little range: a sum over the ranks of loss-scaled gradients overflows where
   // the mean would not. As PyTorch's FSDP (its gradient predivide factor), divide by f before the
   // sum and by world / f after it. Other dtypes sum first (one division, less rounding).
-  double post = static_cast<double>(world_size);
-  if (reduce_dtype == at::kHalf) {
+  reduce_post_ = static_cast<double>(world_size);
+  if (reduce_dtype == at::kHalf && world_size > 1) {
     int64_t f = 1;
     while (world_size % f == 0 && world_size / f > f) f *= 2;
     flat.div_(static_cast<double>(f));
-    post /= static_cast<double>(f);
+    reduce_post_ /= static_cast<double>(f);
   }
-  torch::Tensor g = torch::empty({chunk}, flat.options().dtype(torch::kFloat));
-  // Sum over shard ranks here, then over replicas; divide once by the whole world (a mean).
-  if (shard_pg && shard_pg->size() > 1) {
-    torch::Tensor gs = torch::empty({chunk}, flat.options());
-    shard_pg->reduce_scatter(gs, flat, ReduceOp::Sum);
-    g.copy_(gs);
-  } else {
-    g.copy_(flat.narrow(0, shard_rank_ * chunk, chunk));
-  }
+  reduce_out_ = torch::empty({sn}, flat.options().dtype(torch::kFloat));
+  if (shard_pg && shard_pg->size() > 1)
+    reduce_work_ = shard_pg->reduce_scatter_async(reduce_out_, flat, ReduceOp::Sum);
+  else
+    reduce_out_.copy_(flat.narrow(0, shard_rank_ * sn, sn));
+  reduce_pending_ = true;
+  local_any_ = any;
+  return any;
+}
+
+void FlatParam::wait_reduce() {
+  if (reduce_work_.valid()) reduce_work_.wait();
+  reduce_work_ = CollectiveWork();
+}
+
+void FlatParam::finish_reduce(ProcessGroup* replicate_pg, bool any_rank) {
+  if (!reduce_pending_) return;
+  wait_reduce();
+  reduce_pending_ = false;
+  torch::Tensor g = std::move(reduce_out_);
+  reduce_out_ = torch::Tensor();
   if (replicate_pg && replicate_pg->size() > 1) replicate_pg->all_reduce(g, ReduceOp::Sum);
-  if (g[sn].item<float>() == 0) return;  // no rank had a gradient for this unit
-  accumulate_shard_grad(g.narrow(0, 0, sn).div_(post));
+  if (!any_rank) return;  // no rank had a gradient for this unit: the shard gradient stays as it was
+  g.div_(reduce_post_);
+  // The shard's own dtype (bf16 under bf16-true: no fp32 copy anywhere).
+  accumulate_shard_grad(g.scalar_type() == shard_.scalar_type() ? g : g.to(shard_.scalar_type()));
+}
+
+void FlatParam::reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate_pg, at::ScalarType reduce_dtype,
+                                 int64_t world_size) {
+  bool any = reduce_gradients_async(shard_pg, reduce_dtype, world_size);
+  wait_reduce();
+  // One flag, agreed over both groups (the schedule agrees on every unit's flag in one collective).
+  torch::Tensor flag = torch::full({1}, any ? 1.0f : 0.0f);
+  for (ProcessGroup* pg : {shard_pg, replicate_pg})
+    if (pg && pg->size() > 1) pg->all_reduce(flag, ReduceOp::Max);
+  finish_reduce(replicate_pg, flag.item<float>() != 0);
 }
 
 void FlatParam::accumulate_shard_grad(const torch::Tensor& g) {
@@ -157,7 +198,7 @@ void FlatParam::accumulate_shard_grad(const torch::Tensor& g) {
     shard_grad_.add_(g.to(torch::kCPU));
     return;
   }
-  shard_grad_ = torch::empty({shard_numel()}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(true));
+  shard_grad_ = torch::empty({shard_numel()}, torch::TensorOptions().dtype(shard_.scalar_type()).pinned_memory(true));
   shard_grad_.copy_(g, /*non_blocking=*/true);
 }
 
@@ -170,7 +211,7 @@ void FlatParam::expose_slice_grads() {
   }
 }
 
-torch::Tensor FlatParam::gather_full_fp32(ProcessGroup* pg) const {
+torch::Tensor FlatParam::gather_full(ProcessGroup* pg) const {
   torch::Tensor full = torch::empty({padded_}, shard_.options());
   if (pg == nullptr || pg->size() == 1)
     full.copy_(shard_);

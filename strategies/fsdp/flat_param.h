@@ -1,6 +1,7 @@
 #pragma once
-/// One FSDP unit's parameters, flattened. Every rank of the shard group keeps a contiguous fp32
-/// shard of the padded flat buffer (the optimizer's master weights); before the unit runs, the
+/// One FSDP unit's parameters, flattened. Every rank of the shard group keeps a contiguous shard of
+/// the padded flat buffer (the optimizer's weights: fp32 master weights, or bf16/fp16 under a
+/// "-true" precision, as the single-device model would hold them); before the unit runs, the
 /// shards are all-gathered into `full` (param dtype) and the module's own parameter tensors point
 /// into it (set_data at set-up, so names and identities never change); afterwards the storage of
 /// `full` is released (compat::free_storage), which frees the memory even while the autograd graph
@@ -38,8 +39,10 @@ class FlatParam {
   /// Takes over `entries` (their current values become the initial weights).
   /// `offload` (CPU offload, for a CUDA `device`): the fp32 shard, its gradient and so the optimizer
   /// state live in pinned host memory; only the gathered parameters use the device.
+  /// `shard_dtype`: the shard's (and its gradient's and so the optimizer state's) dtype.
   FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries, int64_t shard_rank, int64_t shard_size,
-            at::ScalarType param_dtype, torch::Device device, bool offload = false);
+            at::ScalarType param_dtype, torch::Device device, bool offload = false,
+            at::ScalarType shard_dtype = at::kFloat);
   bool offloaded() const { return offload_; }
 
   const std::string& unit_name() const { return unit_name_; }
@@ -59,17 +62,36 @@ class FlatParam {
   void unshard(ProcessGroup* pg);
   /// Frees the unsharded storage.
   void reshard();
-  /// Flattens the parameters' gradients, reduce-scatters them over `shard_pg`, averages over
-  /// `replicate_pg`, and adds the result to the shard gradient; frees the full gradients.
+  /// Flattens the parameters' gradients (freeing them) and starts reduce-scattering them over
+  /// `shard_pg`, without waiting. Returns whether this rank had any gradient for the unit (known on
+  /// the host: no device sync). Waits first for this unit's previous reduction, if any.
+  bool reduce_gradients_async(ProcessGroup* shard_pg, at::ScalarType reduce_dtype, int64_t world_size);
+  /// Waits for the reduce-scatter started by reduce_gradients_async (its input is freed then).
+  void wait_reduce();
+  /// Completes the reduction: averages over `replicate_pg` and adds the mean to the shard gradient
+  /// when `any_rank` (some rank had a gradient for this unit); otherwise drops it, leaving the shard
+  /// gradient as it was. No-op without a pending reduction.
+  void finish_reduce(ProcessGroup* replicate_pg, bool any_rank);
+  bool reduce_pending() const { return reduce_pending_; }
+  /// Whether this rank had a gradient in the pending reduction.
+  bool had_local_grad() const { return local_any_; }
+  /// All three in one, agreeing on the flag over both groups (tests, single units).
   void reduce_gradients(ProcessGroup* shard_pg, ProcessGroup* replicate_pg, at::ScalarType reduce_dtype,
                         int64_t world_size);
-  /// The gradient of this rank's shard (fp32, shard_numel), undefined before the first reduce.
+  /// The gradient of this rank's shard (the shard's dtype, shard_numel), undefined before the first reduce.
   /// Offloaded, it may still be arriving from the device: synchronize the device before reading.
   torch::Tensor& shard_grad() { return shard_grad_; }
   /// Points every slice's .grad at the shard gradient (zeros where no gradient arrived).
   void expose_slice_grads();
-  /// The full fp32 flat values (all-gathered from the shards) — for state dicts and teardown.
-  torch::Tensor gather_full_fp32(ProcessGroup* pg) const;
+  /// Leaves the shard alone but points every parameter at an empty tensor and drops gradients: a
+  /// module kept sharded after fit holds nothing at full size, and code that reads a parameter by
+  /// mistake gets a shape error rather than freed memory. bind_params() undoes it.
+  void release_params();
+  /// Points every parameter at its view of the unsharded buffer again (as at construction).
+  void bind_params();
+  /// The full flat values in the shard's dtype (all-gathered from the shards): state dicts,
+  /// unshard_module.
+  torch::Tensor gather_full(ProcessGroup* pg) const;
 
  private:
   std::string unit_name_;
@@ -78,12 +100,18 @@ class FlatParam {
   int64_t shard_rank_, shard_size_;
   int64_t numel_ = 0, padded_ = 0;
   at::ScalarType param_dtype_;
-  torch::Tensor shard_;       // fp32 master shard
-  torch::Tensor shard_grad_;  // fp32
+  torch::Tensor shard_;       // master shard (fp32, or the "-true" precision's dtype)
+  torch::Tensor shard_grad_;  // same dtype
   torch::Tensor full_;        // param dtype, storage freed when sharded
   torch::Tensor send_;        // shard cast to param dtype for the gather
   bool offload_ = false;
   CollectiveWork work_;
+  // A reduction in flight (reduce_gradients_async .. finish_reduce).
+  CollectiveWork reduce_work_;
+  torch::Tensor reduce_out_;  // fp32, shard_numel: the sum over the shard group
+  double reduce_post_ = 1;    // what the sum is divided by to make the mean
+  bool reduce_pending_ = false;
+  bool local_any_ = false;
   UnitState state_ = UnitState::Sharded;
 
   void accumulate_shard_grad(const torch::Tensor& g);

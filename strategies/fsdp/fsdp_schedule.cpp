@@ -143,15 +143,26 @@ void FSDPSchedule::post_forward(size_t ui, const torch::Tensor& out) {
 void FSDPSchedule::on_grads_ready(size_t ui) {
   FSDPUnit& u = units_[ui];
   if (u.grads_handled()) return;
+  u.state = TrainingState::PostBackward;
+  // Its gradients are complete, so no backward node needs its parameters any more: freed before
+  // the reduction allocates its buffers (the root too: the whole model, when it is the only unit).
+  // A unit with a frozen parameter stays gathered until finish_backward (see FSDPUnit::has_frozen).
+  if (!u.has_frozen || !in_backward_) reshard(ui);
   // Without sync (an accumulation micro-step) the full gradients stay in param.grad and
   // accumulate; only the parameters are freed.
-  auto reduce_scope = profile(sync_ ? options_.profiler : nullptr, "[FSDP]reduce_scatter");
-  if (sync_)
-    u.flat->reduce_gradients(mesh_.shard_group(), mesh_.replicate_group(), options_.reduce_dtype, options_.world_size);
-  reduce_scope.end();
-  u.state = TrainingState::PostBackward;
-  // A unit with a frozen parameter stays gathered until finish_backward (see FSDPUnit::has_frozen).
-  if (ui != 0 && (!u.has_frozen || !in_backward_)) reshard(ui);
+  if (sync_) {
+    // Launched without waiting: the exchange runs on the backend's threads while autograd goes on
+    // with earlier units. The previous unit's reduction is waited for first, so one runs behind
+    // the next unit's backward and the buffers of at most two are alive (their gradient copies
+    // are the largest transient of a step).
+    while (!in_flight_.empty()) {
+      units_[in_flight_.front()].flat->wait_reduce();
+      in_flight_.pop_front();
+    }
+    auto reduce_scope = profile(options_.profiler, "[FSDP]reduce_scatter");
+    u.flat->reduce_gradients_async(mesh_.shard_group(), options_.reduce_dtype, options_.world_size);
+    in_flight_.push_back(ui);
+  }
   // BACKWARD_POST: the next unit's gather starts once this unit's gradients are done (less overlap
   // than BACKWARD_PRE, one unit less in memory at the peak).
   if (in_backward_ && options_.backward_prefetch == BackwardPrefetch::BackwardPost) prefetch_backward(ui);
@@ -166,6 +177,7 @@ void FSDPSchedule::backward(const torch::Tensor& loss, bool sync) {
   } catch (...) {
     in_backward_ = false;
     sync_ = true;
+    in_flight_.clear();
     throw;
   }
   in_backward_ = false;
@@ -179,6 +191,7 @@ void FSDPSchedule::finish_backward() {
     // index order: the same order on every rank, so the collectives line up.
     for (size_t i = 0; i < units_.size(); ++i)
       if (!units_[i].grads_handled()) on_grads_ready(i);
+    resolve_reductions();
     // Offloaded gradient shards were copied to pinned host memory asynchronously: one wait for
     // all of them before the optimizer (on the host) reads them.
     if (std::any_of(units_.begin(), units_.end(), [](const FSDPUnit& u) { return u.flat->offloaded(); }))
@@ -190,6 +203,21 @@ void FSDPSchedule::finish_backward() {
     units_[i].state = TrainingState::Idle;
   }
   forward_order_ = current_order_;
+}
+
+void FSDPSchedule::resolve_reductions() {
+  auto scope = profile(options_.profiler, "[FSDP]reduce_scatter_wait");
+  for (size_t ui : in_flight_) units_[ui].flat->wait_reduce();
+  in_flight_.clear();
+  // Whether any rank had a gradient for each unit: one small collective per group for all units
+  // (not one host read per unit), in unit order on every rank.
+  std::vector<float> local;
+  for (auto& u : units_) local.push_back(u.flat->reduce_pending() && u.flat->had_local_grad() ? 1.0f : 0.0f);
+  torch::Tensor flags = torch::tensor(local);
+  for (ProcessGroup* pg : {mesh_.shard_group(), mesh_.replicate_group()})
+    if (pg && pg->size() > 1) pg->all_reduce(flags, ReduceOp::Max);
+  auto f = flags.accessor<float, 1>();
+  for (size_t i = 0; i < units_.size(); ++i) units_[i].flat->finish_reduce(mesh_.replicate_group(), f[i] != 0);
 }
 
 void FSDPSchedule::zero_grad(const torch::optim::Optimizer& optimizer) {

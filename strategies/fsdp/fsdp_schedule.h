@@ -6,7 +6,8 @@
 ///   free after forward (FULL_SHARD) .. post_forward -> FlatParam::reshard
 ///   gather again before backward ..... the hook on the unit's output (pre-backward)
 ///   reduce-scatter after backward .... grad-accumulator hooks -> on_grads_ready
-///                                      -> FlatParam::reduce_gradients
+///                                      -> FlatParam::reduce_gradients_async (not waited for);
+///                                      resolve_reductions at the end of backward
 ///   prefetch ......................... prefetch_after (forward / backward order), may_prefetch
 ///                                      (limit_all_gathers)
 ///   end of backward .................. finish_backward: unused units and the root, in unit order
@@ -21,6 +22,7 @@
 /// turn into no-ops once the schedule is gone. Thread-safety: one training thread.
 #include <torch/optim/optimizer.h>
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -90,6 +92,9 @@ class FSDPSchedule {
   void post_forward(size_t unit, const torch::Tensor& output);
   void on_grads_ready(size_t unit);
   void finish_backward();
+  /// Waits for the reductions in flight, agrees on which units any rank had gradients for, and
+  /// adds the means to the shard gradients.
+  void resolve_reductions();
   void prefetch_after(size_t unit, bool backward);
   void prefetch_backward(size_t unit);
   bool may_prefetch() const;
@@ -103,6 +108,7 @@ class FSDPSchedule {
   std::vector<size_t> current_order_;  // this step's so far
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the grad hooks alive
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::deque<size_t> in_flight_;  // units whose reduce-scatter may still be running, oldest first
   bool sync_ = true;
   bool in_backward_ = false;
 };

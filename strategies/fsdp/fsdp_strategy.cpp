@@ -39,18 +39,20 @@ int64_t bit_sum(const torch::Tensor& t) {
 }
 }  // namespace
 
-void FSDPStrategy::check_module_states_agree(LightningModule& module) {
+void FSDPStrategy::agree_on_states(const std::vector<std::pair<std::string, torch::Tensor>>& states) {
+  if (states.empty() || world_size() == 1) return;
+  torch::NoGradGuard ng;
+  if (options_.sync_module_states) {
+    for (const auto& [name, t] : states) {
+      torch::Tensor d = t.detach();
+      process_group().broadcast(d, 0);
+    }
+    return;
+  }
   // One all-reduce (max) of each tensor's checksum and of its complement: the ranks agree on a
   // tensor exactly when max == min, and every rank reaches the same verdict before anyone throws.
-  std::vector<std::string> names;
   std::vector<int64_t> sums;
-  auto add = [&](const std::string& name, const torch::Tensor& t) {
-    names.push_back(name);
-    sums.push_back(bit_sum(t));
-  };
-  for (auto& kv : module.named_parameters()) add(kv.key(), kv.value());
-  for (auto& kv : module.named_buffers()) add(kv.key(), kv.value());
-  if (names.empty() || world_size() == 1) return;
+  for (const auto& st : states) sums.push_back(bit_sum(st.second));
   const size_t n = sums.size();
   std::vector<int64_t> both(sums);
   for (int64_t v : sums) both.push_back(~v);
@@ -59,7 +61,7 @@ void FSDPStrategy::check_module_states_agree(LightningModule& module) {
   auto a = t.accessor<int64_t, 1>();
   std::vector<std::string> differ;
   for (size_t i = 0; i < n; ++i)
-    if (a[i] != ~a[n + i]) differ.push_back(names[i]);
+    if (a[i] != ~a[n + i]) differ.push_back(states[i].first);
   if (differ.empty()) return;
   throw ConfigError(detail::str_cat(
       "FSDP: the ranks' initial values of '", differ.front(), "'",
@@ -67,6 +69,52 @@ void FSDPStrategy::check_module_states_agree(LightningModule& module) {
       " differ, and config key 'trainer.strategy.sync_module_states' is false, so nothing is broadcast: each "
       "rank's shard would come from a different model. Set trainer.strategy.sync_module_states: true to start "
       "every rank from rank 0's values, or build the model from the same seed (or checkpoint) on every rank"));
+}
+
+std::set<c10::TensorImpl*> FSDPStrategy::wrapped_params() const {
+  std::set<c10::TensorImpl*> out;
+  for (const auto& w : wrapped_)
+    for (auto& e : w.flat->entries()) out.insert(e.param.unsafeGetTensorImpl());
+  return out;
+}
+
+std::unique_ptr<detail::FlatParam> FSDPStrategy::make_flat(const std::string& name,
+                                                           std::vector<detail::FlatParamEntry> entries) {
+  // cpu_offload matters only with a GPU: on the CPU everything already lives in host memory.
+  const bool offload = options_.cpu_offload && !root_device().is_cpu();
+  // Under a "-true" precision the model's own dtype is 16-bit: the shards keep it (2 bytes per
+  // parameter, as Lightning's FSDP with bf16-true); otherwise fp32 master weights.
+  const at::ScalarType shard_dtype = precision_.param_dtype();
+  return std::make_unique<detail::FlatParam>(name, std::move(entries), mesh_.shard_rank(), mesh_.shard_size(),
+                                             param_dtype_, root_device(), offload, shard_dtype);
+}
+
+void FSDPStrategy::wrap(torch::nn::Module& unit) {
+  VOLT_CHECK(!schedule_, ConfigError,
+             "FSDP: wrap() is for configure_model(), while the model is being built; this model is already sharded");
+  for (const auto& w : wrapped_)
+    VOLT_CHECK(w.module.get() != &unit, ConfigError, "FSDP: wrap() was called twice on the same '", unit.name(),
+               "' module");
+  // The policy decides which wrapped modules are units (its predicate sees no name yet: the
+  // module's place in the model is known only once the model is complete).
+  if (options_.auto_wrap_policy.empty() || !policy_selects(options_.auto_wrap_policy, unit, "")) return;
+  torch::NoGradGuard ng;
+  // The unit's own parameters: not those of units wrapped inside it already (sharded, claimed).
+  std::set<c10::TensorImpl*> claimed = wrapped_params();
+  std::vector<detail::FlatParamEntry> entries;
+  std::vector<std::pair<std::string, torch::Tensor>> states;
+  for (const auto& kv : unit.named_parameters()) {
+    if (!claimed.insert(kv.value().unsafeGetTensorImpl()).second) continue;
+    entries.push_back({kv.key(), kv.value()});
+    states.emplace_back(kv.key(), kv.value());
+  }
+  for (const auto& kv : unit.named_buffers()) states.emplace_back(kv.key(), kv.value());
+  agree_on_states(states);
+  std::shared_ptr<torch::nn::Module> owned = unit.weak_from_this().lock();
+  VOLT_CHECK(owned != nullptr, ConfigError,
+             "FSDP: wrap() needs a module owned by a shared_ptr (a ModuleHolder such as ",
+             "volt::hooked(...), or std::make_shared), as register_module does; '", unit.name(), "' is not");
+  wrapped_.push_back({std::move(owned), make_flat(unit.name(), std::move(entries))});
 }
 
 FSDPStrategy::FSDPStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes,
@@ -98,9 +146,28 @@ void FSDPStrategy::setup_environment() {
 }
 
 std::vector<detail::FSDPUnit> FSDPStrategy::make_units(LightningModule& module) {
-  // Pick units: HookedModules the policy selects; inner units claim their parameters first.
-  auto picked = select_modules(module, options_.auto_wrap_policy, "trainer.strategy.auto_wrap_policy", "FSDP");
-  std::set<c10::TensorImpl*> claimed;
+  // Units wrap() made while the model was built: named now that it is complete.
+  std::map<const torch::nn::Module*, std::string> paths;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) paths[item.value().get()] = item.key();
+  std::set<c10::TensorImpl*> claimed = wrapped_params();
+  std::set<const torch::nn::Module*> wrapped_modules;
+  std::vector<detail::FSDPUnit> wrapped;
+  for (auto& w : wrapped_) {
+    auto it = paths.find(w.module.get());
+    VOLT_CHECK(it != paths.end(), ConfigError, "FSDP: a module given to wrap() ('", w.module->name(),
+               "') is not part of the model; register it (register_module, a ModuleList) before configure_model() "
+               "returns");
+    for (auto& e : w.flat->entries()) e.name = it->second + "." + e.name;
+    wrapped_modules.insert(w.module.get());
+    wrapped.emplace_back(it->second, w.module.get(), std::move(w.flat));
+  }
+  wrapped_.clear();
+  // Then the units the policy picks (unless wrap() made them already); inner units claim their
+  // parameters first.
+  std::vector<std::pair<std::string, torch::nn::Module*>> picked;
+  if (!options_.auto_wrap_policy.empty())
+    for (auto& p : select_modules(module, options_.auto_wrap_policy, "trainer.strategy.auto_wrap_policy", "FSDP"))
+      if (!wrapped_modules.count(p.second)) picked.push_back(p);
   std::vector<std::vector<detail::FlatParamEntry>> entries(picked.size());
   for (size_t i = picked.size(); i-- > 0;) {
     for (const auto& kv : picked[i].second->named_parameters()) {
@@ -112,27 +179,37 @@ std::vector<detail::FSDPUnit> FSDPStrategy::make_units(LightningModule& module) 
   for (const auto& kv : module.named_parameters())
     // insert, not count: a shared (tied) parameter listed twice becomes one flat entry.
     if (claimed.insert(kv.value().unsafeGetTensorImpl()).second) root.push_back({kv.key(), kv.value()});
-  // cpu_offload matters only with a GPU: on the CPU everything already lives in host memory.
-  const bool offload = options_.cpu_offload && !root_device().is_cpu();
-  auto flat = [&](const std::string& name, std::vector<detail::FlatParamEntry> e) {
-    return std::make_unique<detail::FlatParam>(name, std::move(e), mesh_.shard_rank(), mesh_.shard_size(), param_dtype_,
-                                               root_device(), offload);
-  };
   std::vector<detail::FSDPUnit> units;
-  units.emplace_back("", &module, flat("<root>", std::move(root)));
+  units.emplace_back("", &module, make_flat("<root>", std::move(root)));
+  for (auto& u : wrapped) units.push_back(std::move(u));
   for (size_t i = 0; i < picked.size(); ++i)
-    units.emplace_back(picked[i].first, picked[i].second, flat(picked[i].first, std::move(entries[i])));
+    units.emplace_back(picked[i].first, picked[i].second, make_flat(picked[i].first, std::move(entries[i])));
   return units;
 }
 
 void FSDPStrategy::setup_module(LightningModule& module) {
+  if (schedule_ && sharded_ == &module) {
+    // Kept sharded since the last fit/validate/test of this Trainer: the shards are the state.
+    VOLT_CHECK(wrapped_.empty(), ConfigError,
+               "FSDP: configure_model() wrapped new layers into a model that is already sharded; make it "
+               "idempotent (build the layers only when they do not exist yet), as Lightning requires");
+    for (auto& u : schedule_->units()) u.flat->bind_params();
+    Strategy::setup_module(module);
+    return;
+  }
+  if (schedule_) unshard_module(*sharded_);  // another module: give the old one back whole first
   Strategy::setup_module(module);
   // Before sharding: sync_module_states broadcasts rank 0's parameters and buffers (PyTorch's
-  // meaning); without it the ranks must already agree, which one small collective checks.
-  if (options_.sync_module_states)
-    broadcast_module(module);
-  else
-    check_module_states_agree(module);
+  // meaning); without it the ranks must already agree, which one small collective checks. Units
+  // wrap() sharded already agreed then.
+  {
+    const std::set<c10::TensorImpl*> done = wrapped_params();
+    std::vector<std::pair<std::string, torch::Tensor>> states;
+    for (const auto& kv : module.named_parameters())
+      if (!done.count(kv.value().unsafeGetTensorImpl())) states.emplace_back(kv.key(), kv.value());
+    for (const auto& kv : module.named_buffers()) states.emplace_back(kv.key(), kv.value());
+    agree_on_states(states);
+  }
   if (buffer_dtype_) {
     // After the broadcast (Gloo cannot send bf16): buffers keep their identity, change dtype.
     torch::NoGradGuard ng;
@@ -150,6 +227,7 @@ void FSDPStrategy::setup_module(LightningModule& module) {
   so.profiler = profiler_;
   schedule_ = std::make_unique<detail::FSDPSchedule>(so, mesh_);
   schedule_->install(make_units(module));
+  sharded_ = &module;
   const bool offload = schedule_->units()[0].flat->offloaded();
   spdlog::info("FSDP {}: {} unit(s) + root, shard group {} x replicate {}, param dtype {}{}",
                options_.sharding_strategy.text(), schedule_->units().size() - 1, mesh_.shard_size(),
@@ -250,7 +328,7 @@ std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict(LightningMod
   if (!schedule_) return Strategy::model_state_dict(module);  // not sharded (after teardown)
   std::map<std::string, torch::Tensor> out;
   for (auto& u : schedule_->units()) {
-    torch::Tensor full = u.flat->gather_full_fp32(mesh_.shard_group());
+    torch::Tensor full = u.flat->gather_full(mesh_.shard_group());
     for (auto& e : u.flat->entries()) out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone().cpu();
   }
   for (auto& kv : module.named_buffers()) out[kv.key()] = kv.value().detach().cpu().clone();
@@ -294,12 +372,23 @@ StateLayout FSDPStrategy::state_layout(LightningModule& module, const OptimizerL
 }
 
 void FSDPStrategy::teardown(LightningModule& module) {
-  if (!schedule_) return Strategy::teardown(module);
-  // Give every parameter its own full storage again, with the trained values.
+  wrapped_.clear();  // units of a configure_model() that failed before set-up
+  if (schedule_) {
+    // No gathering: the module stays sharded (its state can be streamed out unit by unit with
+    // model_state_dict or a checkpoint, and a later validate/test/predict/fit of this Trainer uses
+    // the shards as they are); unshard_module() gives it back whole when asked.
+    for (auto& u : schedule_->units()) u.flat->release_params();
+  }
+  Strategy::teardown(module);
+}
+
+void FSDPStrategy::unshard_module(LightningModule& module) {
+  if (!schedule_ || sharded_ != &module) return;
+  // Every parameter gets its own full storage again, with the trained values: one unit at a time.
   torch::NoGradGuard ng;
   std::vector<detail::FSDPUnit> units = schedule_->uninstall();
   for (auto& u : units) {
-    torch::Tensor full = u.flat->gather_full_fp32(mesh_.shard_group());
+    torch::Tensor full = u.flat->gather_full(mesh_.shard_group());
     for (auto& e : u.flat->entries()) {
       e.param.mutable_grad() = torch::Tensor();
       e.param.set_data(
@@ -307,6 +396,7 @@ void FSDPStrategy::teardown(LightningModule& module) {
     }
   }
   schedule_.reset();
+  sharded_ = nullptr;
   Strategy::teardown(module);
 }
 
@@ -314,7 +404,8 @@ std::vector<FSDPStrategy::UnitInfo> FSDPStrategy::units() const {
   std::vector<UnitInfo> out;
   if (!schedule_) return out;
   for (const auto& u : schedule_->units())
-    out.push_back({u.name, u.flat->numel(), u.flat->padded_numel(), u.flat->shard_numel(), u.flat->unsharded_bytes()});
+    out.push_back({u.name, u.flat->numel(), u.flat->padded_numel(), u.flat->shard_numel(), u.flat->unsharded_bytes(),
+                   static_cast<size_t>(u.flat->shard().nbytes())});
   return out;
 }
 

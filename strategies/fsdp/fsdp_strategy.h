@@ -32,6 +32,7 @@
 /// backward, since later backward nodes may read the frozen weight.
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "volt/strategies/fsdp/fsdp_mesh.h"
@@ -48,8 +49,18 @@ class FSDPStrategy : public ParallelStrategy {
 
   void setup_environment() override;
   void setup_module(LightningModule& module) override;
+  /// Deferred initialization: shards `unit` now if auto_wrap_policy selects it (see
+  /// LightningModule::wrap); otherwise it is left to set-up like any module. With
+  /// sync_module_states its values are rank 0's (one broadcast of this unit); without it the ranks
+  /// must agree, which one small all-reduce checks, before each rank keeps only its shard.
+  void wrap(torch::nn::Module& unit) override;
   void setup_optimizer(LightningModule& module, OptimizerConfig& config) override;
+  /// Leaves the module sharded (nothing is gathered): its parameters become empty tensors and the
+  /// shards stay the state, used again by this Trainer's next fit/validate/test/predict on it.
   void teardown(LightningModule& module) override;
+  /// Gathers the module back whole on every rank (collective, one unit at a time) and ends the
+  /// sharding; afterwards it is an ordinary module. No-op for a module this strategy does not hold.
+  void unshard_module(LightningModule& module) override;
   std::string describe_module(LightningModule& module) override;
 
   torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override;
@@ -71,6 +82,7 @@ class FSDPStrategy : public ParallelStrategy {
     std::string name;  // module path ("" = root)
     int64_t numel, padded_numel, shard_numel;
     size_t unsharded_bytes;  // storage the gathered buffer holds right now
+    size_t shard_bytes;      // this rank's shard (fp32 master weights, or 16-bit under "-true")
   };
   std::vector<UnitInfo> units() const;
   int64_t shard_group_size() const { return mesh_.shard_size(); }
@@ -83,16 +95,28 @@ class FSDPStrategy : public ParallelStrategy {
 
  private:
   std::vector<detail::FSDPUnit> make_units(LightningModule& module);
-  /// sync_module_states false: throws ConfigError on every rank when the ranks' parameters or
-  /// buffers differ (a bitwise checksum per tensor, one all-reduce).
-  void check_module_states_agree(LightningModule& module);
+  std::unique_ptr<detail::FlatParam> make_flat(const std::string& name, std::vector<detail::FlatParamEntry> entries);
+  /// Parameters already sharded by wrap() (their storage is gone).
+  std::set<c10::TensorImpl*> wrapped_params() const;
+  /// The ranks start from the same values: rank 0's are broadcast (sync_module_states) or, without
+  /// it, a bitwise checksum per tensor is compared (one all-reduce) and a difference is a
+  /// ConfigError on every rank. `states`: (name, tensor) of what is about to be sharded.
+  void agree_on_states(const std::vector<std::pair<std::string, torch::Tensor>>& states);
+
+  /// A unit made by wrap() before the model was complete; named and scheduled in setup_module.
+  struct WrappedUnit {
+    std::shared_ptr<torch::nn::Module> module;  // kept alive: a module wrapped but never registered
+    std::unique_ptr<detail::FlatParam> flat;
+  };
+  std::vector<WrappedUnit> wrapped_;
 
   FSDPOptions options_;
   detail::FSDPMesh mesh_;
   at::ScalarType param_dtype_ = at::kFloat;
   at::ScalarType reduce_dtype_ = at::kFloat;
   std::optional<at::ScalarType> buffer_dtype_;
-  std::unique_ptr<detail::FSDPSchedule> schedule_;  // set up by setup_module, gone after teardown
+  std::unique_ptr<detail::FSDPSchedule> schedule_;  // set up by setup_module, gone after unshard_module
+  LightningModule* sharded_ = nullptr;              // the module schedule_ shards (borrowed)
   /// Inside a manual-optimization training_step: backward and optimizer steps happen there, and the
   /// root must be gathered (fresh) for each forward that follows them.
   bool manual_step_ = false;

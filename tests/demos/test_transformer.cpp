@@ -138,7 +138,40 @@ TEST_CASE("demo Transformer: initialization follows PyTorch's", "[demos][transfo
       CHECK(torch::all(t == 1).item<bool>());
   }
   // Embedding ~ N(0, 1).
-  CHECK(std::abs(model.embedding->weight.std().item<double>() - 1.0) < 0.05);
+  CHECK(std::abs(model.embedding->inner()->weight.std().item<double>() - 1.0) < 0.05);
+}
+
+TEST_CASE("demo Transformer: built unit by unit, it has the same values and leaves the generator the same",
+          "[demos][transformer][deferred]") {
+  TransformerOptions o;
+  o.vocab_size = 50;
+  o.ninp = 16;
+  o.nhead = 2;
+  o.nhid = 24;
+  o.nlayers = 3;
+  torch::manual_seed(21);
+  Transformer whole(o);
+  const torch::Tensor after_whole = torch::rand({4});
+  torch::manual_seed(21);
+  std::vector<std::string> order;
+  Transformer parts(o, [&](torch::nn::Module& m) {
+    order.push_back(m.name());
+    // Handed over complete: initialised, with its final values (checked below).
+    for (const auto& p : m.parameters()) CHECK(p.numel() > 0);
+  });
+  const torch::Tensor after_parts = torch::rand({4});
+  CHECK(torch::equal(after_whole, after_parts));
+  const std::vector<std::string> expected = {
+      "torch::nn::EmbeddingImpl", "TransformerEncoderLayer", "TransformerEncoderLayer", "TransformerEncoderLayer",
+      "TransformerDecoderLayer",  "TransformerDecoderLayer", "TransformerDecoderLayer", "torch::nn::LinearImpl"};
+  CHECK(order == expected);
+  auto a = whole.named_parameters(), b = parts.named_parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].key());
+    CHECK(a[i].key() == b[i].key());  // same names, same order
+    CHECK(torch::equal(a[i].value(), b[i].value()));
+  }
 }
 
 TEST_CASE("demo Transformer: loss and gradients match PyTorch in fp32", "[demos][transformer][parity]") {
@@ -192,7 +225,7 @@ TEST_CASE("demo Transformer: encoder and decoder layers are HookedModules", "[de
   int64_t hooked = 0;
   for (const auto& m : model->modules(/*include_self=*/true))
     if (volt::is_hooked(*m)) ++hooked;
-  CHECK(hooked == 2 * nlayers);
+  CHECK(hooked == 2 * nlayers + 2);  // and the stock embedding and output layer, wrapped (volt::hooked)
   CHECK(model->transformer->encoder->layers[0]->name() == "TransformerEncoderLayer");
   CHECK(model->transformer->decoder->layers[0]->name() == "TransformerDecoderLayer");
 }
@@ -250,7 +283,7 @@ TEST_CASE("demo Transformer: runs under bf16 autocast and in bf16", "[demos][tra
     volt::compat::clear_autocast_cache();
     loss.backward();
     CHECK(std::abs(loss.item<double>() - ref) < 0.05);
-    CHECK(torch::isfinite(model->embedding->weight.grad()).all().item<bool>());
+    CHECK(torch::isfinite(model->embedding->inner()->weight.grad()).all().item<bool>());
   }
   {
     auto model = golden_model();
@@ -259,7 +292,7 @@ TEST_CASE("demo Transformer: runs under bf16 autocast and in bf16", "[demos][tra
     loss.backward();
     CHECK(loss.scalar_type() == torch::kBFloat16);
     CHECK(std::abs(loss.item<double>() - ref) < 0.1);
-    CHECK(torch::isfinite(model->decoder->weight.grad()).all().item<bool>());
+    CHECK(torch::isfinite(model->decoder->inner()->weight.grad()).all().item<bool>());
   }
 }
 

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "gan_model.h"
+#include "stock_encoder_model.h"
 
 namespace volt::testing {
 
@@ -19,16 +20,21 @@ WorkerResult train_single(const std::map<std::string, std::string>& overrides) {
   // The worker's own logic, in-process, through the same config keys.
   YAML::Node root(YAML::NodeType::Map);
   for (const auto& [k, v] : overrides) apply_override(root, k, v);
-  torch::manual_seed(7);
+  // As the worker: the model is built under trainer.seed (7 without it).
+  torch::manual_seed(root["trainer"] && root["trainer"]["seed"] ? root["trainer"]["seed"].as<int64_t>() : 7);
   BoringOptions bo;
   bo.blocks = root["blocks"] ? root["blocks"].as<int64_t>() : 2;
   bo.hidden = root["hidden"] ? root["hidden"].as<int64_t>() : 32;
   bo.lr = root["lr"] ? root["lr"].as<double>() : 0.1;
   bo.adam = root["adam"] ? root["adam"].as<bool>() : false;
   const bool gan = root["gan"] && root["gan"].as<bool>();
+  const bool stock = root["stock"] && root["stock"].as<bool>();
   std::unique_ptr<LightningModule> owned;
   if (gan)
     owned = std::make_unique<GanModel>();
+  else if (stock)
+    owned = std::make_unique<StockEncoderModel>(StockEncoderOptions{
+        .layers = bo.blocks, .lr = bo.lr, .deferred = root["deferred"] && root["deferred"].as<bool>()});
   else
     owned = std::make_unique<BoringModel>(bo);
   LightningModule& model = *owned;
@@ -38,11 +44,19 @@ WorkerResult train_single(const std::map<std::string, std::string>& overrides) {
   TrainerOptions t = options_from_yaml<TrainerOptions>(root["trainer"], "trainer");
   t.devices = 1;
   t.strategy = "auto";
-  Trainer trainer(t);
-  trainer.fit(model, loader);
   WorkerResult r;
+  struct InitState : Callback {
+    std::map<std::string, torch::Tensor>* out;
+    explicit InitState(std::map<std::string, torch::Tensor>* o) : out(o) {}
+    std::string state_key() const override { return "InitState"; }
+    void on_train_start(Trainer&, LightningModule& m) override {
+      for (auto& kv : m.named_parameters()) (*out)[kv.key()] = kv.value().detach().clone();
+    }
+  };
+  Trainer trainer(t, {std::make_shared<InitState>(&r.init_state)});
+  trainer.fit(model, loader);
   for (auto& kv : model.named_parameters()) r.state[kv.key()] = kv.value().detach().clone();
-  if (!gan) r.losses = static_cast<BoringModel&>(model).losses;
+  if (!gan && !stock) r.losses = static_cast<BoringModel&>(model).losses;
   r.global_step = trainer.global_step();
   return r;
 }

@@ -17,6 +17,7 @@ namespace volt::testing {
 
 struct WorkerResult {
   std::map<std::string, torch::Tensor> state;
+  std::map<std::string, torch::Tensor> init_state;  // with record_init: the state when training started
   std::vector<double> losses;
   int64_t global_step = 0;
   double val_loss = -1;  // the last validation's val_loss (-1 when none ran)
@@ -31,6 +32,9 @@ inline WorkerResult read_worker_output(const std::string& path) {
   if (bytes.empty()) return r;
   auto d = torch::pickle_load(bytes).toGenericDict();
   for (const auto& kv : d.at("state_dict").toGenericDict()) r.state[kv.key().toStringRef()] = kv.value().toTensor();
+  if (d.contains("init_state"))
+    for (const auto& kv : d.at("init_state").toGenericDict())
+      r.init_state[kv.key().toStringRef()] = kv.value().toTensor();
   auto l = d.at("losses").toTensor();
   for (int64_t i = 0; i < l.numel(); ++i) r.losses.push_back(l[i].item<double>());
   r.global_step = d.at("global_step").toInt();

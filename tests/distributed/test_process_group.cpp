@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <string>
@@ -317,6 +318,19 @@ TEST_CASE("ProcessGroup across processes: errors, bytes sent and barrier", "[uni
   }
   // The barrier held rank 0 until the last rank arrived, 300 ms late.
   CHECK(get(res[0], "barrier_ms").item<double>() >= 200.0);
+  // Communication time on rank 0 (busy, blocked, hidden, bytes): the async all_reduce ran ~200 ms
+  // while rank 0 did something else, and was done when it waited; the synchronous one was all wait.
+  const auto overlap = get(res[0], "comm_overlap");
+  const auto exposed = get(res[0], "comm_exposed");
+  const double bytes = 2.0 * 4096 * static_cast<double>(world - 1) / static_cast<double>(world);
+  CHECK(overlap[0].item<double>() >= 0.15);
+  CHECK(overlap[1].item<double>() < 0.1);
+  CHECK(overlap[2].item<double>() >= 0.1);
+  CHECK(overlap[3].item<double>() == std::floor(bytes));
+  CHECK(exposed[0].item<double>() >= 0.15);
+  CHECK(exposed[1].item<double>() >= 0.15);
+  CHECK(exposed[2].item<double>() < 0.05);
+  CHECK(exposed[3].item<double>() == std::floor(bytes));
 }
 
 TEST_CASE("ProcessGroup sub-groups across processes: ranks, global ranks and collectives within the group",

@@ -177,8 +177,10 @@ TEST_CASE("FSDP wrap policies pick the expected units", "[fsdp][policy]") {
     REQUIRE(units.size() == 2);
     CHECK(units[1].name == "block1");
     CHECK(units[1].numel == 32 * 32 + 32);
-    // After teardown the module is whole again and usable alone.
+    // After teardown the module stays sharded; unshard_module makes it whole and usable alone.
     s.teardown(m);
+    for (auto& p : m.parameters()) CHECK(p.numel() == 0);
+    s.unshard_module(m);
     CHECK(m.forward(torch::ones({2, 32})).sizes() == std::vector<int64_t>{2, 2});
   }
   SECTION("a policy that selects nothing is an error naming the wrappable types") {
@@ -221,6 +223,9 @@ void fit_single_and_fsdp(BoringModel& single, BoringModel& sharded, TrainerOptio
   o.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
   Trainer tb(o);
   tb.fit(sharded, lb);
+  // After fit the module stays sharded (nothing gathered) until asked.
+  for (auto& p : sharded.parameters()) CHECK(p.numel() == 0);
+  tb.strategy().unshard_module(sharded);
   auto pa = single.named_parameters(), pb = sharded.named_parameters();
   for (auto& kv : pa) CHECK(torch::allclose(kv.value(), pb[kv.key()], 1e-6, 1e-6));
 }
@@ -303,4 +308,79 @@ TEST_CASE("FSDP on one process trains a model with frozen parameters like single
   o.accumulate_grad_batches = 2;
   fit_single_and_fsdp(a, b, o);
   CHECK(torch::equal(b.blocks[0]->linear->bias, bias0));
+}
+
+TEST_CASE(
+    "after fit FSDP keeps the module sharded: the same Trainer validates on the shards, "
+    "unshard_module gives it back, another Trainer refuses it until then",
+    "[fsdp][teardown]") {
+  BoringOptions bo;
+  torch::manual_seed(8);
+  BoringModel single(bo);
+  torch::manual_seed(8);
+  BoringModel sharded(bo);
+  DataLoader la(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
+  DataLoader lb(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
+  DataLoader val(std::make_shared<RandomDataset>(16, 32, 5), DataLoaderOptions{8, false, false, 0});
+  auto o = quiet_options(temp_dir("fsdp-after-fit"));
+  Trainer ta(o);
+  ta.fit(single, la);
+  const double expected = ta.validate(single, val).at("val_loss");
+  o.strategy = "fsdp";
+  o.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
+  Trainer tb(o);
+  tb.fit(sharded, lb);
+  for (auto& p : sharded.parameters()) CHECK(p.numel() == 0);  // nothing at full size
+  CHECK(std::abs(tb.validate(sharded, val).at("val_loss") - expected) < 1e-6);
+  // Streamed out without unsharding the module.
+  auto state = tb.strategy().model_state_dict(sharded);
+  for (auto& kv : single.named_parameters()) CHECK(torch::allclose(state.at(kv.key()), kv.value(), 1e-6, 1e-6));
+  // A second Trainer cannot take a module another one keeps sharded: it says what to do.
+  Trainer tc(quiet_options(temp_dir("fsdp-after-fit-2")));
+  CHECK_THROWS_WITH(tc.fit(sharded, la), Catch::Contains("unshard_module"));
+  tb.strategy().unshard_module(sharded);
+  for (auto& kv : single.named_parameters())
+    CHECK(torch::allclose(sharded.named_parameters()[kv.key()], kv.value(), 1e-6, 1e-6));
+  tc.fit(sharded, la);  // an ordinary module again
+}
+
+namespace {
+/// BoringModel with its loss in fp32, as under "bf16-true" (this LibTorch's CPU mse_loss has no bf16 kernel).
+struct Fp32LossModel : BoringModel {
+  using BoringModel::BoringModel;
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    auto out = forward(batch[0]).to(torch::kFloat);
+    auto loss = torch::mse_loss(out, torch::ones_like(out));
+    log("train_loss", loss);
+    return loss;
+  }
+};
+}  // namespace
+
+TEST_CASE("FSDP under bf16-true keeps bf16 shards (2 bytes a parameter) and trains like one device",
+          "[fsdp][precision]") {
+  BoringOptions bo;
+  torch::manual_seed(9);
+  Fp32LossModel single(bo);
+  torch::manual_seed(9);
+  Fp32LossModel sharded(bo);
+  DataLoader la(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
+  DataLoader lb(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
+  auto o = quiet_options(temp_dir("fsdp-bf16-true"));
+  o.precision = "bf16-true";
+  Trainer ta(o);
+  ta.fit(single, la);
+  o.strategy = "fsdp";
+  o.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
+  Trainer tb(o);
+  tb.fit(sharded, lb);
+  auto* fsdp = dynamic_cast<FSDPStrategy*>(&tb.strategy());
+  REQUIRE(fsdp != nullptr);
+  for (const auto& u : fsdp->units()) CHECK(u.shard_bytes == static_cast<size_t>(u.shard_numel) * 2);
+  auto state = tb.strategy().model_state_dict(sharded);
+  for (auto& kv : single.named_parameters()) {
+    INFO(kv.key());
+    CHECK(state.at(kv.key()).scalar_type() == torch::kBFloat16);
+    CHECK(torch::equal(state.at(kv.key()), kv.value().cpu()));
+  }
 }

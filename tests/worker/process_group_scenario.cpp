@@ -173,6 +173,28 @@ int run_process_group_scenario(const std::string& out) {
     const double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     r.insert("barrier_ms", torch::tensor({waited}, torch::kDouble));
 
+    // Communication time. Overlapped: the last rank joins an async all_reduce 200 ms late while rank
+    // 0 "computes" for 400 ms before waiting, so rank 0's collective ran ~200 ms, hidden. Exposed:
+    // the same with a synchronous all_reduce, all of it waited for.
+    auto timed = [&](bool overlap) {
+      pg.barrier("comm_align");
+      pg.reset_comm_stats();
+      auto t = torch::ones({1024});
+      if (me == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (overlap) {
+        CollectiveWork w = pg.all_reduce_async(t, ReduceOp::Sum);
+        if (me == 0) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        w.wait();
+      } else {
+        pg.all_reduce(t, ReduceOp::Sum);
+      }
+      const CommStats c = pg.comm_stats();
+      return std::vector<double>{c.busy_seconds, c.blocked_seconds, c.hidden_seconds(),
+                                 static_cast<double>(c.bytes_sent)};
+    };
+    r.insert("comm_overlap", torch::tensor(timed(true), torch::kDouble));
+    r.insert("comm_exposed", torch::tensor(timed(false), torch::kDouble));
+
     // Sub-groups: the even and the odd ranks (every rank in exactly one), then all ranks.
     {
       std::vector<int64_t> mine;

@@ -19,6 +19,7 @@
 #include "boring_model.h"
 #include "distributed/process_group_scenario.h"
 #include "gan_model.h"
+#include "stock_encoder_model.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/prediction_writer.h"
 #include "volt/core/options.h"
@@ -53,7 +54,10 @@ struct WorkerConfig {
   bool iterable = false;    // train on the samples as an IterableDataset split by rank (shards may differ by one)
   std::string predict_dir;  // non-empty: after fit, predict predict_samples samples, written there per rank
   int64_t predict_samples = 37;
-  bool gan = false;  // train tests/gan_model.h's GAN (manual optimization, two optimizers) instead
+  bool gan = false;          // train tests/gan_model.h's GAN (manual optimization, two optimizers) instead
+  bool stock = false;        // train tests/stock_encoder_model.h's stock TransformerEncoderLayer stack instead
+  bool deferred = false;     // with stock: build it in configure_model(), each layer wrap()ped as built
+  bool record_init = false;  // also write the full state at the start of training as "init_state"
   template <class V>
   void visit(V& v) {
     v("trainer", trainer)("samples", samples)("batch_size", batch_size)("shuffle", shuffle)("blocks", blocks)(
@@ -62,7 +66,8 @@ struct WorkerConfig {
         "checkpoint_monitor", checkpoint_monitor)("checkpoint_top_k", checkpoint_top_k)(
         "checkpoint_filename", checkpoint_filename)("checkpoint_every_n_train_steps", checkpoint_every_n_train_steps)(
         "ckpt_path", ckpt_path)("fsize_limit", fsize_limit)("iterable", iterable)("predict_dir", predict_dir)(
-        "predict_samples", predict_samples)("gan", gan);
+        "predict_samples", predict_samples)("gan", gan)("stock", stock)("deferred", deferred)("record_init",
+                                                                                              record_init);
   }
 };
 
@@ -153,6 +158,14 @@ class LossRecorder : public Callback {
   std::vector<double> losses;
 };
 
+/// The full model state when training starts (after the strategy's set-up), streamed unit by unit.
+class InitRecorder : public Callback {
+ public:
+  std::string state_key() const override { return "InitRecorder"; }
+  void on_train_start(Trainer& t, LightningModule& m) override { state = t.strategy().model_state_dict(m); }
+  std::map<std::string, torch::Tensor> state;
+};
+
 /// Under FSDP: what each unit holds, checked between forward and backward.
 class ShardProbe : public Callback {
  public:
@@ -217,6 +230,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<LightningModule> owned;
     if (cfg.gan)
       owned = std::make_unique<testing::GanModel>();
+    else if (cfg.stock)
+      owned = std::make_unique<testing::StockEncoderModel>(
+          testing::StockEncoderOptions{.layers = cfg.blocks, .lr = cfg.lr, .deferred = cfg.deferred});
     else if (cfg.log_sync)
       owned = std::make_unique<LogSyncModel>(bo, cfg.rank_metric);
     else
@@ -231,6 +247,8 @@ int main(int argc, char** argv) {
     auto recorder = std::make_shared<LossRecorder>();
     auto probe = std::make_shared<ShardProbe>();
     std::vector<std::shared_ptr<Callback>> cbs{recorder, probe};
+    auto init = std::make_shared<InitRecorder>();
+    if (cfg.record_init) cbs.push_back(init);
     if (cfg.fault_rank >= 0)
       cbs.push_back(std::make_shared<FaultCallback>(cfg.fault_rank, cfg.fault_step, cfg.fault_kind));
     if (!cfg.checkpoint_monitor.empty()) {
@@ -266,6 +284,11 @@ int main(int argc, char** argv) {
       c10::impl::GenericDict out(c10::StringType::get(), c10::AnyType::get());
       out.insert("state_dict", c10::impl::toGenericDict(sd));
       out.insert("losses", torch::tensor(recorder->losses, torch::kDouble));
+      if (cfg.record_init) {
+        c10::Dict<std::string, at::Tensor> is;
+        for (auto& [k, v] : init->state) is.insert(k, v);
+        out.insert("init_state", c10::impl::toGenericDict(is));
+      }
       out.insert("val_loss",
                  trainer.callback_metrics().count("val_loss") ? trainer.callback_metrics().at("val_loss") : -1.0);
       out.insert("global_step", trainer.global_step());

@@ -192,7 +192,7 @@ TEST_CASE("FlatParam at shard size 1: unshard, reshard and the parameters as vie
   CHECK(torch::equal(p1, originals[1].param.detach() + 10.0));
   CHECK(torch::equal(p0, originals[0].param.detach()));
   f.unshard(nullptr);  // already unsharded: no-op
-  CHECK(torch::equal(f.gather_full_fp32(nullptr),
+  CHECK(torch::equal(f.gather_full(nullptr),
                      torch::cat({originals[0].param.detach().view(-1), originals[1].param.detach().view(-1) + 10.0})));
 }
 
