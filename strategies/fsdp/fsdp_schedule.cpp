@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "volt/core/errors.h"
 #include "volt/core/grad_hooks.h"
 #include "volt/core/hooked_module.h"
 
@@ -17,13 +18,33 @@ class UnitInterceptor : public ForwardInterceptor {
   torch::Tensor around(torch::nn::Module&, const TensorVec& inputs, const ForwardFn& next) override {
     if (alive_.expired()) return next(inputs);
     s_->pre_forward(unit_);
-    torch::Tensor out = next(inputs);
+    torch::Tensor out;
+    try {
+      out = next(inputs);
+    } catch (const c10::Error& e) {
+      rethrow_if_foreign_param(e);
+      throw;
+    }
     s_->post_forward(unit_, out);
     return out;
   }
   const char* name() const override { return "fsdp"; }
 
  private:
+  /// A parameter whose storage is freed, read inside this unit: it belongs to another unit, which
+  /// is sharded now (weights tied or shared across units). LibTorch's own message says only
+  /// "out of bounds for storage of size 0"; this one says what to do.
+  void rethrow_if_foreign_param(const c10::Error& e) const {
+    const std::string what = e.what();
+    if (what.find("for storage of size 0") == std::string::npos) return;
+    throw ConfigError(detail::str_cat(
+        "FSDP: the forward of unit '", s_->units()[unit_].name,
+        "' read a parameter whose storage is freed: a parameter of another unit, which is sharded while this one "
+        "runs (a weight tied or shared across units). Put the modules that share parameters in one unit (wrap "
+        "their common parent, or leave them to the root unit) in trainer.strategy.auto_wrap_policy. LibTorch said: ",
+        what.substr(0, what.find('\n'))));
+  }
+
   FSDPSchedule* s_;
   size_t unit_;
   std::weak_ptr<bool> alive_;

@@ -384,3 +384,18 @@ TEST_CASE("FSDP under bf16-true keeps bf16 shards (2 bytes a parameter) and trai
     CHECK(torch::equal(state.at(kv.key()), kv.value().cpu()));
   }
 }
+
+TEST_CASE("FSDP: a weight shared across units is refused with a message that says what to do", "[fsdp][errors]") {
+  // Block 1 reads block 0's weight (assigned to its member, as a user ties weights in C++): under
+  // FULL_SHARD it is freed while block 1 runs.
+  torch::manual_seed(3);
+  BoringModel m;
+  m.blocks[1]->as<Block>()->linear->weight = m.blocks[0]->as<Block>()->linear->weight;
+  DataLoader la(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
+  auto o = quiet_options(temp_dir("fsdp-tied"));
+  o.strategy = "fsdp";
+  o.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
+  Trainer t(o);
+  CHECK_THROWS_WITH(t.fit(m, la), Catch::Contains("unit 'block1'") && Catch::Contains("shared across units") &&
+                                      Catch::Contains("auto_wrap_policy"));
+}
