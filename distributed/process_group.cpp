@@ -410,22 +410,37 @@ CollectiveWork ProcessGroup::reduce_scatter_async(torch::Tensor& shard, const to
       fail("reduce_scatter", e);
     }
   }
-  // all-to-all: chunk j of every rank lands on rank j; then sum locally in fp32 (when waited on).
-  torch::Tensor in = as_wire(full.contiguous().view(-1));
-  torch::Tensor out = torch::empty_like(in);
-  std::vector<int64_t> splits(size_, shard.numel());
-  bytes_sent_ += shard.numel() * in.element_size() * (size_ - 1);
+  // all-to-all of the other ranks' chunks: chunk j of every rank lands on rank j, and each rank keeps
+  // its own chunk where it is (a split of 0 to itself), so the receive buffer is (N-1)/N of the
+  // input rather than all of it. When waited on, the N chunks are summed in rank order in fp32.
+  const int64_t n = size_, r = rank_, sn = shard.numel();
+  torch::Tensor whole = as_wire(full.contiguous().view(-1));
+  torch::Tensor in;
+  if (r == 0)
+    in = whole.narrow(0, sn, (n - 1) * sn);
+  else if (r == n - 1)
+    in = whole.narrow(0, 0, (n - 1) * sn);
+  else
+    in = torch::cat({whole.narrow(0, 0, r * sn), whole.narrow(0, (r + 1) * sn, (n - 1 - r) * sn)});
+  torch::Tensor out = torch::empty({(n - 1) * sn}, in.options());
+  std::vector<int64_t> out_splits(static_cast<size_t>(n), sn);
+  out_splits[static_cast<size_t>(r)] = 0;
+  std::vector<int64_t> in_splits = out_splits;  // two vectors: Gloo's alltoall_base moves from each
+  bytes_sent_ += sn * in.element_size() * (n - 1);
   const bool bf16 = full.scalar_type() == at::kBFloat16;
-  const int64_t n = size_;
   try {
-    auto work = impl_->pg->alltoall_base(out, in, splits, splits);
+    auto work = impl_->pg->alltoall_base(out, in, out_splits, in_splits);
     return CollectiveWork(
         work, describe("reduce_scatter (all_to_all)"),
-        [target, out, in, bf16, n, op]() mutable {
+        [target, out, in, whole, bf16, n, r, op]() mutable {
           at::AutoDispatchBelowADInplaceOrView g;
           in = torch::Tensor();  // the input may go as soon as the exchange is done
-          torch::Tensor o = bf16 ? out.view(at::kBFloat16) : out;
-          torch::Tensor acc = o.view({n, target.numel()}).to(at::kFloat).sum(0);
+          auto f32 = [bf16](const torch::Tensor& t) { return (bf16 ? t.view(at::kBFloat16) : t).to(at::kFloat); };
+          const int64_t sn = target.numel();
+          torch::Tensor acc = torch::zeros({sn}, torch::kFloat);
+          for (int64_t j = 0, k = 0; j < n; ++j)
+            acc.add_(f32(j == r ? whole.narrow(0, r * sn, sn) : out.narrow(0, (k++) * sn, sn)));
+          whole = torch::Tensor();
           if (op == ReduceOp::Mean) acc.div_(static_cast<double>(n));
           target.view(-1).copy_(acc);
         },
