@@ -176,13 +176,10 @@ void FSDPSchedule::on_grads_ready(size_t ui) {
     // with earlier units. The previous unit's reduction is waited for first, so one runs behind
     // the next unit's backward and the buffers of at most two are alive (their gradient copies
     // are the largest transient of a step).
-    while (!in_flight_.empty()) {
-      units_[in_flight_.front()].flat->wait_reduce();
-      in_flight_.pop_front();
-    }
+    if (in_flight_) units_[*in_flight_].flat->wait_reduce();
     auto reduce_scope = profile(options_.profiler, "[FSDP]reduce_scatter");
     u.flat->reduce_gradients_async(mesh_.shard_group(), options_.reduce_dtype, options_.world_size);
-    in_flight_.push_back(ui);
+    in_flight_ = ui;
   }
   // BACKWARD_POST: the next unit's gather starts once this unit's gradients are done (less overlap
   // than BACKWARD_PRE, one unit less in memory at the peak).
@@ -198,7 +195,7 @@ void FSDPSchedule::backward(const torch::Tensor& loss, bool sync) {
   } catch (...) {
     in_backward_ = false;
     sync_ = true;
-    in_flight_.clear();
+    in_flight_.reset();
     throw;
   }
   in_backward_ = false;
@@ -228,8 +225,8 @@ void FSDPSchedule::finish_backward() {
 
 void FSDPSchedule::resolve_reductions() {
   auto scope = profile(options_.profiler, "[FSDP]reduce_scatter_wait");
-  for (size_t ui : in_flight_) units_[ui].flat->wait_reduce();
-  in_flight_.clear();
+  if (in_flight_) units_[*in_flight_].flat->wait_reduce();
+  in_flight_.reset();
   // Whether any rank had a gradient for each unit: one small collective per group for all units
   // (not one host read per unit), in unit order on every rank.
   std::vector<float> local;

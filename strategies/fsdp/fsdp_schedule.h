@@ -22,9 +22,9 @@
 /// turn into no-ops once the schedule is gone. Thread-safety: one training thread.
 #include <torch/optim/optimizer.h>
 
-#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "volt/profiler/profiler.h"
@@ -108,7 +108,7 @@ class FSDPSchedule {
   std::vector<size_t> current_order_;  // this step's so far
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the grad hooks alive
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  std::deque<size_t> in_flight_;  // units whose reduce-scatter may still be running, oldest first
+  std::optional<size_t> in_flight_;  // the unit whose reduce-scatter may still be running
   bool sync_ = true;
   bool in_backward_ = false;
 };
