@@ -15,6 +15,7 @@
 //
 // Usage: bench_fsdp [data_dir] [--steps 3] [--warmup 1] [--batch 2] [--block 32] [--vocab 33278] [--ninp 512]
 //                   [--nhead 8] [--nhid 2048] [--nlayers 10] [--lr 3e-4] [--forward-prefetch]
+//                   [--glibc-malloc]
 //                   [--worlds 1,2,4] [--strategies ddp,no_shard,shard_grad_op,full_shard] [--results FILE]
 // A full run takes about 15 minutes on 2 cores; --results FILE keeps the raw results and resumes.
 // (data_dir defaults to ../shared/data/wikitext-2.)
@@ -26,10 +27,11 @@
 // configuration is done the parent prints one markdown table and a line of ratios.
 //
 // Memory notes: glibc's dynamic mmap threshold is pinned (mallopt) so that freed large tensors go back
-// to the OS and RSS follows live memory. Under FSDP the demo builds its Transformer one unit at a time
-// and each unit is sharded as soon as it is built (docs/fsdp.md, "Models that do not fit"), so no rank
-// holds the whole model; bench_fsdp_init measures that set-up on a 1B model. The training-phase columns
-// are the ones the cost model describes. DDP also holds gradient buckets (another 4Ψ unless
+// to the OS and RSS follows live memory (--glibc-malloc leaves glibc's defaults: faster, RSS above
+// live memory; FSDP's own large buffers are mapped on their own either way, core/large_buffer.h). Under FSDP the demo
+// builds its Transformer one unit at a time and each unit is sharded as soon as it is built (docs/fsdp.md, "Models that
+// do not fit"), so no rank holds the whole model; bench_fsdp_init measures that set-up on a 1B model. The
+// training-phase columns are the ones the cost model describes. DDP also holds gradient buckets (another 4Ψ unless
 // gradient_as_bucket_view), which the 16Ψ model leaves out.
 #include <malloc.h>
 #include <spdlog/spdlog.h>
@@ -70,6 +72,7 @@ struct Args {
   int64_t ninp = 512, nhead = 8, nhid = 2048, nlayers = 10;
   double lr = 3e-4;
   bool forward_prefetch = false;  // FSDP's forward_prefetch (default false, as PyTorch's)
+  bool glibc_malloc = false;      // leave glibc's dynamic mmap threshold alone (see main)
   std::vector<int64_t> worlds = {1, 2, 4};
   std::vector<std::string> strategies = kAllStrategies;
   // Internal: one configuration (the child's side).
@@ -115,6 +118,8 @@ Args parse(int argc, char** argv) {
       a.nlayers = std::stoll(value());
     else if (k == "--forward-prefetch")
       a.forward_prefetch = true;
+    else if (k == "--glibc-malloc")
+      a.glibc_malloc = true;
     else if (k == "--lr")
       a.lr = std::stod(value());
     else if (k == "--worlds") {
@@ -371,12 +376,13 @@ int run_all(int argc, char** argv, const Args& a) {
   std::printf(
       "\nFSDP vs DDP on the CPU, demo Transformer (vocab %lld, ninp %lld, nhead %lld, nhid %lld, %lld+%lld "
       "layers): Ψ = %lld parameters (%.1f MB fp32), AdamW, fp32, batch %lld x block %lld per rank, median of "
-      "%lld timed steps after %lld warm-up, %lld cores (split among the ranks), FSDP forward_prefetch %s\n\n",
+      "%lld timed steps after %lld warm-up, %lld cores (split among the ranks), FSDP forward_prefetch %s, %s\n\n",
       static_cast<long long>(any->vocab), static_cast<long long>(a.ninp), static_cast<long long>(a.nhead),
       static_cast<long long>(a.nhid), static_cast<long long>(a.nlayers), static_cast<long long>(a.nlayers),
       static_cast<long long>(any->params), mb(4 * psi), static_cast<long long>(a.batch),
       static_cast<long long>(a.block), static_cast<long long>(a.steps), static_cast<long long>(a.warmup),
-      static_cast<long long>(cores), a.forward_prefetch ? "on" : "off");
+      static_cast<long long>(cores), a.forward_prefetch ? "on" : "off",
+      a.glibc_malloc ? "glibc's malloc as it comes" : "glibc's mmap threshold pinned (RSS follows live memory)");
   std::printf(
       "| strategy | world | threads/rank | step (s) | peak RSS / rank (MB) | growth, whole fit (MB) | "
       "growth, training (MB) | expected (MB) | training / expected | sent / rank / step (MB) | sent / 4Ψ | "
@@ -444,10 +450,12 @@ int run_all(int argc, char** argv, const Args& a) {
 
 int main(int argc, char** argv) {
   try {
-    // Pin glibc's mmap threshold (this also stops its dynamic growth) so freed large tensors are
-    // unmapped at once and RSS follows live memory.
-    bench::track_live_memory();
     const Args a = parse(argc, argv);
+    // Pin glibc's mmap threshold (this also stops its dynamic growth) so freed large tensors are
+    // unmapped at once and RSS follows live memory. --glibc-malloc leaves glibc as a user's process
+    // has it: freed blocks below its (growing) threshold are kept and reused, which spares page
+    // faults (LibTorch's own tensors: activations, autograd's gradients) and keeps RSS above live memory.
+    if (!a.glibc_malloc) bench::track_live_memory();
     if (!a.run_strategy.empty()) {
       if (a.out.empty()) throw std::invalid_argument("--run needs --out FILE");
       return run_one(a);

@@ -33,6 +33,12 @@ inline void refill_storage(const at::Tensor& t, size_t nbytes) {
   s->set_data_ptr_noswap(alloc->allocate(nbytes));
   s->set_nbytes(nbytes);
 }
+/// As refill_storage, with memory the caller allocated (core/large_buffer.h).
+inline void refill_storage(const at::Tensor& t, at::DataPtr data, size_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(std::move(data));
+  s->set_nbytes(nbytes);
+}
 inline size_t storage_nbytes(const at::Tensor& t) { return t.storage().nbytes(); }
 
 /// CPU autocast (bf16-mixed on the CPU).

@@ -43,6 +43,12 @@ class HookedModule : public torch::nn::Module {
   bool has_interceptor(const std::string& name) const;
   size_t num_interceptors() const { return interceptors_.size(); }
 
+  /// Whether the backward of this module's forward reads the module's own parameters. True unless
+  /// a subclass knows better: an embedding's gradient needs only the indices (volt::Hooked says so
+  /// for torch::nn::Embedding). FSDP does not gather a unit again for its backward when false
+  /// (unless it is also activation-checkpointed: the recomputed forward reads the weights).
+  virtual bool backward_reads_parameters() const { return true; }
+
  protected:
   /// Runs `body(inputs)` through the installed interceptors. Call from forward():
   ///   return intercepted({x, mask}, [this](const TensorVec& in) { return body(in[0], in[1]); });

@@ -23,6 +23,7 @@
 /// Ownership: shares the inner module (a ModuleHolder) with the caller. Thread-safety: as the inner
 /// module's forward, plus HookedModule's rules.
 #include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
 #include <torch/nn/pimpl.h>
 
 #include <type_traits>
@@ -52,6 +53,8 @@ class HookedImpl : public HookedModule {
 
   /// The wrapped module.
   Holder& inner() { return inner_; }
+  /// An embedding's backward needs the indices and the weight's row count, not its values.
+  bool backward_reads_parameters() const override { return !std::is_same_v<Holder, torch::nn::Embedding>; }
 
   /// The inner module's own training flag follows the wrapper's (its children are shared already).
   void train(bool on = true) override {

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "volt/core/large_buffer.h"
 // The PyTorch wheel's LibTorch ships no gloo headers: Gloo is then unavailable (NCCL remains)
 // unless the build is given some (VOLT_GLOO_INCLUDE_DIR, see scripts/gpu.sh).
 #if __has_include(<gloo/algorithm.h>)
@@ -19,6 +21,7 @@
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
+#include "volt/core/large_buffer.h"
 
 #ifdef VOLT_WITH_CUDA
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -359,6 +362,7 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
       fail("all_gather", e);
     }
   }
+  if (size_ == 2) return all_gather_pair(flat, shard);
   // Gloo has no flat all-gather: a list all-gather into views of the flat output.
   torch::Tensor out = as_wire(flat.view(-1));
   std::vector<std::vector<torch::Tensor>> outputs(1);
@@ -370,6 +374,33 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
                           impl_->work_clock(nccl_));
   } catch (const std::exception& e) {
     fail("all_gather", e);
+  }
+}
+
+CollectiveWork ProcessGroup::all_gather_pair(torch::Tensor& flat, const torch::Tensor& shard) {
+  // [Note: Gloo all-gather of two ranks] Gloo's list all-gather copies the input into a flat
+  // buffer, gathers into a second full-size buffer and copies that out again: on loopback it took
+  // 60-66 ms for a 68 MB unit where an all-reduce of the same 68 MB took 38 ms (LibTorch 1.13, one
+  // thread per rank). With two ranks an all-to-all does it without copies: each rank sends its
+  // shard to the other (a split of 0 to itself) straight into the other half of the flat output:
+  // 16-19 ms. With more ranks the all-to-all would need the shard repeated N-1 times, and it
+  // measured no faster than the list form, which stays.
+  const int64_t r = rank_, sn = shard.numel();
+  torch::Tensor whole = as_wire(flat.view(-1));
+  torch::Tensor in = as_wire(shard.contiguous().view(-1));
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    whole.narrow(0, r * sn, sn).copy_(in);
+  }
+  torch::Tensor out = whole.narrow(0, (1 - r) * sn, sn);
+  std::vector<int64_t> out_splits{r == 0 ? 0 : sn, r == 0 ? sn : 0};
+  std::vector<int64_t> in_splits = out_splits;  // two vectors: Gloo's alltoall_base moves from each
+  bytes_sent_ += sn * in.element_size();
+  try {
+    return CollectiveWork(impl_->pg->alltoall_base(out, in, out_splits, in_splits), describe("all_gather (all_to_all)"),
+                          nullptr, impl_->watchdog, impl_->work_clock(nccl_));
+  } catch (const std::exception& e) {
+    fail("all_gather (all_to_all)", e);
   }
 }
 
@@ -422,7 +453,7 @@ CollectiveWork ProcessGroup::reduce_scatter_async(torch::Tensor& shard, const to
     in = whole.narrow(0, 0, (n - 1) * sn);
   else
     in = torch::cat({whole.narrow(0, 0, r * sn), whole.narrow(0, (r + 1) * sn, (n - 1 - r) * sn)});
-  torch::Tensor out = torch::empty({(n - 1) * sn}, in.options());
+  torch::Tensor out = detail::empty_large((n - 1) * sn, in.options());
   std::vector<int64_t> out_splits(static_cast<size_t>(n), sn);
   out_splits[static_cast<size_t>(r)] = 0;
   std::vector<int64_t> in_splits = out_splits;  // two vectors: Gloo's alltoall_base moves from each
@@ -437,12 +468,32 @@ CollectiveWork ProcessGroup::reduce_scatter_async(torch::Tensor& shard, const to
           in = torch::Tensor();  // the input may go as soon as the exchange is done
           auto f32 = [bf16](const torch::Tensor& t) { return (bf16 ? t.view(at::kBFloat16) : t).to(at::kFloat); };
           const int64_t sn = target.numel();
-          torch::Tensor acc = torch::zeros({sn}, torch::kFloat);
-          for (int64_t j = 0, k = 0; j < n; ++j)
-            acc.add_(f32(j == r ? whole.narrow(0, r * sn, sn) : out.narrow(0, (k++) * sn, sn)));
+          auto chunk = [&](int64_t j) {
+            return f32(j == r ? whole.narrow(0, r * sn, sn) : out.narrow(0, (j < r ? j : j - 1) * sn, sn));
+          };
+          // Two fp32 ranks: the sum goes into the receive buffer, which then becomes the target's
+          // storage (when the target owns all of its storage: no view of it can be left behind).
+          // The target's own memory is never written: a fresh mapping (FSDP's, large_buffer.h)
+          // never becomes resident, so the reduction holds one chunk less at its peak.
+          if (n == 2 && !bf16 && out.scalar_type() == at::kFloat && target.scalar_type() == at::kFloat &&
+              !target.is_view() && target.is_contiguous() && target.storage_offset() == 0 &&
+              target.storage().nbytes() == target.nbytes()) {
+            out.add_(whole.narrow(0, r * sn, sn));
+            whole = torch::Tensor();
+            if (op == ReduceOp::Mean) out.div_(2.0);
+            target.set_(out.view(target.sizes()));
+            return;
+          }
+          // Summed straight into the target when it is fp32 (FSDP's case), else through a temporary.
+          torch::Tensor dst = target.view(-1);
+          const bool direct =
+              dst.scalar_type() == at::kFloat && dst.is_contiguous() && !dst.storage().is_alias_of(whole.storage());
+          torch::Tensor acc = direct ? dst : torch::empty({sn});
+          at::add_out(acc, chunk(0), chunk(1));
+          for (int64_t j = 2; j < n; ++j) acc.add_(chunk(j));
           whole = torch::Tensor();
           if (op == ReduceOp::Mean) acc.div_(static_cast<double>(n));
-          target.view(-1).copy_(acc);
+          if (!acc.is_same(dst)) dst.copy_(acc);
         },
         impl_->watchdog, impl_->work_clock(nccl_));
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 
 #include "volt/core/errors.h"
 #include "volt/core/grad_hooks.h"
+#include "volt/core/large_buffer.h"
 #include "volt/module/lightning_module.h"
 
 namespace volt {
@@ -189,14 +190,19 @@ void DDPStrategy::launch(size_t bi) {
     }
     if (last) b.flat.narrow(0, b.numel, b.flat.numel() - b.numel).copy_(local_flags());
   } else {
-    std::vector<torch::Tensor> parts;
-    for (size_t s : b.slots) {
-      const torch::Tensor& p = slots_[s].param;
-      parts.push_back(p.grad().defined() ? p.grad().reshape(-1) : torch::zeros({p.numel()}, p.options()));
-    }
+    // A fresh bucket each step, mapped on its own (core/large_buffer.h: no page fault per 4 KiB).
     const auto& first = slots_[b.slots.front()].param;
-    if (last) parts.push_back(local_flags().to(first.device(), first.scalar_type()));
-    b.flat = torch::cat(parts);
+    const torch::Tensor flags = last ? local_flags().to(first.device(), first.scalar_type()) : torch::Tensor();
+    b.flat = detail::empty_large(b.numel + (last ? flags.numel() : 0), first.options());
+    for (size_t s : b.slots) {
+      const Slot& sl = slots_[s];
+      torch::Tensor dst = b.flat.narrow(0, sl.offset, sl.param.numel());
+      if (sl.param.grad().defined())
+        dst.copy_(sl.param.grad().reshape(-1));
+      else
+        dst.zero_();
+    }
+    if (last) b.flat.narrow(0, b.numel, flags.numel()).copy_(flags);
   }
   auto scope = profile(profiler_, "[DDP]all_reduce_bucket");  // the launch; the wait is all_reduce_wait
   b.work = process_group().all_reduce_async(b.flat, ReduceOp::Mean);

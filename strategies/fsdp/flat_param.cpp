@@ -4,6 +4,7 @@
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
+#include "volt/core/large_buffer.h"
 
 namespace volt::detail {
 
@@ -79,9 +80,19 @@ void FlatParam::bind_params() {
 
 size_t FlatParam::unsharded_bytes() const { return compat::storage_nbytes(full_); }
 
+void FlatParam::refill_full() {
+  const size_t nbytes = static_cast<size_t>(padded_) * full_.element_size();
+  if (compat::storage_nbytes(full_) == nbytes) return;
+  // A large unit on the CPU gets its own huge-page mapping (large_buffer.h: page faults).
+  if (full_.is_cpu() && nbytes >= kLargeBufferBytes)
+    compat::refill_storage(full_, allocate_large(nbytes), nbytes);
+  else
+    compat::refill_storage(full_, nbytes);
+}
+
 void FlatParam::unshard_async(ProcessGroup* pg) {
   if (state_ != UnitState::Sharded) return;
-  compat::refill_storage(full_, static_cast<size_t>(padded_) * full_.element_size());
+  refill_full();
   at::AutoDispatchBelowADInplaceOrView guard;
   // Offloaded: an asynchronous copy from pinned memory, cast on the way.
   send_ = shard_.to(torch::TensorOptions().device(full_.device()).dtype(param_dtype_), /*non_blocking=*/offload_);
@@ -122,7 +133,7 @@ bool FlatParam::reduce_gradients_async(ProcessGroup* shard_pg, at::ScalarType re
   auto opts = torch::TensorOptions().dtype(reduce_dtype).device(full_.device());
   // Filled piece by piece, each parameter's gradient freed as soon as it is copied: the buffer's
   // pages are touched as the gradients go, so the unit's gradients are held about once, not twice.
-  torch::Tensor flat = torch::empty({padded_}, opts);
+  torch::Tensor flat = empty_large(padded_, opts);
   for (auto& e : entries_) {
     torch::Tensor dst = flat.narrow(0, e.offset, e.numel);
     if (e.param.grad().defined())
@@ -142,7 +153,7 @@ bool FlatParam::reduce_gradients_async(ProcessGroup* shard_pg, at::ScalarType re
     flat.div_(static_cast<double>(f));
     reduce_post_ /= static_cast<double>(f);
   }
-  reduce_out_ = torch::empty({sn}, flat.options().dtype(torch::kFloat));
+  reduce_out_ = empty_large(sn, flat.options().dtype(torch::kFloat));
   if (shard_pg && shard_pg->size() > 1)
     reduce_work_ = shard_pg->reduce_scatter_async(reduce_out_, flat, ReduceOp::Sum);
   else

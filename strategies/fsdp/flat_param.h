@@ -115,6 +115,8 @@ class FlatParam {
   UnitState state_ = UnitState::Sharded;
 
   void accumulate_shard_grad(const torch::Tensor& g);
+  /// Gives `full_` its memory again (a no-op when it has it).
+  void refill_full();
 };
 
 }  // namespace volt::detail

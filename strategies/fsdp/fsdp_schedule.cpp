@@ -8,6 +8,7 @@
 #include "volt/core/errors.h"
 #include "volt/core/grad_hooks.h"
 #include "volt/core/hooked_module.h"
+#include "volt/strategies/activation_checkpointing.h"
 
 namespace volt::detail {
 
@@ -97,7 +98,10 @@ void FSDPSchedule::prefetch_backward(size_t ui) {
   // The unit whose backward comes next: the one that ran just before `ui` in this step's forward.
   if (!may_prefetch()) return;
   auto it = std::find(current_order_.begin(), current_order_.end(), ui);
-  if (it == current_order_.end() || it == current_order_.begin()) return;
+  if (it == current_order_.end()) return;
+  // Units whose backward does not read their parameters (embeddings) are not gathered: skip them.
+  while (it != current_order_.begin() && !gathers_for_backward(*(it - 1))) --it;
+  if (it == current_order_.begin()) return;
   units_[*(it - 1)].flat->unshard_async(mesh_.shard_group());
 }
 
@@ -123,7 +127,16 @@ void FSDPSchedule::unshard(size_t ui) {
 
 void FSDPSchedule::begin_training_step() {
   current_order_.clear();
+  reshard_units();
   unshard(0);
+}
+
+void FSDPSchedule::reshard_units() {
+  // Normally a no-op: backward frees every unit. A forward whose loss never went backward (a
+  // step that returned no loss, a manual step) may leave a unit gathered, whose values an
+  // optimizer step would make stale.
+  for (size_t i = 1; i < units_.size(); ++i)
+    if (units_[i].flat->state() != UnitState::Sharded) reshard(i);
 }
 
 void FSDPSchedule::with_root_gathered(const std::function<void()>& fn) {
@@ -149,13 +162,32 @@ void FSDPSchedule::post_forward(size_t ui, const torch::Tensor& out) {
     const_cast<torch::Tensor&>(out).register_hook([this, ui, alive](const torch::Tensor& g) {
       if (!alive.expired() && ui < units_.size()) {
         units_[ui].state = TrainingState::PreBackward;
-        unshard(ui);
+        if (gathers_for_backward(ui)) unshard(ui);
         prefetch_after(ui, true);
       }
       return g;
     });
   }
-  if (!grad || options_.free_after_forward) reshard(ui);
+  if (!grad || (options_.free_after_forward && !runs_again_next(ui))) reshard(ui);
+}
+
+bool FSDPSchedule::runs_again_next(size_t ui) const {
+  // [Note: freeing after forward] FULL_SHARD frees a unit after its forward, except where the
+  // previous step's order (the same on every rank) says the next gather would be this unit's own:
+  // it runs again at once (the demo's embedding, called for the source and then the target), or
+  // its forward was the last, so its backward comes first and would gather it again straight
+  // away (PyTorch's FSDP keeps its root gathered for the same reason). Either way the memory is
+  // what the next gather would have taken, and one all-gather of the unit is saved.
+  const size_t pos = current_order_.size();  // this call is current_order_[pos - 1]
+  if (pos == 0 || pos > forward_order_.size() || forward_order_[pos - 1] != ui) return false;
+  return pos == forward_order_.size() ? gathers_for_backward(ui) : forward_order_[pos] == ui;
+}
+
+bool FSDPSchedule::gathers_for_backward(size_t ui) const {
+  // Asked each time: activation checkpointing may be applied after the units are installed.
+  const auto* h = dynamic_cast<const HookedModule*>(units_[ui].module);
+  return ui == 0 || h == nullptr || h->backward_reads_parameters() ||
+         h->has_interceptor(ActivationCheckpointing::kName);
 }
 
 // ---------------------------------------------------------------------------------------------

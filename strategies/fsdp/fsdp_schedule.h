@@ -3,8 +3,10 @@
 ///
 /// Where things happen (a newcomer's map):
 ///   all-gather before forward ........ UnitInterceptor::around -> pre_forward -> FlatParam::unshard
-///   free after forward (FULL_SHARD) .. post_forward -> FlatParam::reshard
-///   gather again before backward ..... the hook on the unit's output (pre-backward)
+///   free after forward (FULL_SHARD) .. post_forward -> FlatParam::reshard (not when the unit is
+///                                      the next to gather: runs_again_next)
+///   gather again before backward ..... the hook on the unit's output (pre-backward; not for a
+///                                      unit whose backward reads no parameters: gathers_for_backward)
 ///   reduce-scatter after backward .... grad-accumulator hooks -> on_grads_ready
 ///                                      -> FlatParam::reduce_gradients_async (not waited for);
 ///                                      resolve_reductions at the end of backward
@@ -64,8 +66,10 @@ class FSDPSchedule {
   std::vector<FSDPUnit>& units() { return units_; }
   const std::vector<FSDPUnit>& units() const { return units_; }
 
-  /// Before a training step's forward: gathers the root.
+  /// Before a training step's forward: frees any unit left gathered, gathers the root.
   void begin_training_step();
+  /// Frees every non-root unit still gathered (after an optimizer step their values are stale).
+  void reshard_units();
   /// Gathers the root (no-op when gathered), frees it, or re-gathers it from its updated shard:
   /// for manual optimization, where forwards follow backward and optimizer steps within one step.
   void unshard_root() { unshard(0); }
@@ -90,6 +94,12 @@ class FSDPSchedule {
   friend class UnitInterceptor;
   void pre_forward(size_t unit);
   void post_forward(size_t unit, const torch::Tensor& output);
+  /// Whether the unit whose forward just ran is the next one to gather (see the note).
+  bool runs_again_next(size_t unit) const;
+  /// Whether the unit is gathered again for its backward: not when its module says its backward
+  /// reads no parameters (HookedModule::backward_reads_parameters: embeddings) and it is not
+  /// activation-checkpointed.
+  bool gathers_for_backward(size_t unit) const;
   void on_grads_ready(size_t unit);
   void finish_backward();
   /// Waits for the reductions in flight, agrees on which units any rank had gradients for, and

@@ -284,6 +284,7 @@ torch::Tensor FSDPStrategy::training_step(LightningModule& module, const Batch& 
 }
 
 void FSDPStrategy::after_optimizer_step() {
+  schedule_->reshard_units();
   if (manual_step_) schedule_->refresh_root();  // the gathered root holds the values before the step
 }
 

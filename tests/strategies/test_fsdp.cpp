@@ -4,6 +4,8 @@
 
 #include "distributed/multi_rank.h"
 #include "volt/core/errors.h"
+#include "volt/core/hooked_wrapper.h"
+#include "volt/strategies/activation_checkpointing.h"
 #include "volt/strategies/fsdp/fsdp_strategy.h"
 
 using namespace volt;
@@ -79,10 +81,12 @@ TEST_CASE("FSDP: every sharding strategy matches single-process training and sha
       CHECK(r.optimizer_numel <= shard_total);
       CHECK(r.optimizer_numel >= shard_total - static_cast<int64_t>(r.numels.size()) * (S - 1));
       CHECK(total == 32 * 33 + 33 + 2 * (33 * 33 + 33) + 33 * 2 + 2);
-      // After forward: FULL_SHARD keeps only the root unsharded; SHARD_GRAD_OP keeps them all.
+      // After the last step's forward: FULL_SHARD keeps the root and the last Block gathered (its
+      // backward comes first; fp32, 4 bytes an element) and frees the others; SHARD_GRAD_OP keeps
+      // them all.
       CHECK(r.root_unsharded_after_forward > 0);
       if (c.sharding == "FULL_SHARD" || c.sharding == "HYBRID_SHARD")
-        CHECK(r.nonroot_unsharded_after_forward == 0);
+        CHECK(r.nonroot_unsharded_after_forward == r.padded.back() * 4);
       else
         CHECK(r.nonroot_unsharded_after_forward > 0);
     }
@@ -140,6 +144,15 @@ TEST_CASE("FSDP matches DDP on the same run", "[fsdp][ddp][multirank]") {
 
 namespace {
 FSDPStrategy make_fsdp(FSDPOptions o) { return FSDPStrategy(Precision("32-true", "cpu"), "cpu", 1, 1, std::move(o)); }
+/// FSDP at world 1 with modules of `unit_types` as units, set up on `m` (tear it down at the end).
+std::unique_ptr<FSDPStrategy> fsdp_on(BoringModel& m, std::vector<std::string> unit_types = {"Block"}) {
+  FSDPOptions o;
+  o.auto_wrap_policy.module_types = std::move(unit_types);
+  auto s = std::make_unique<FSDPStrategy>(Precision("32-true", "cpu"), "cpu", 1, 1, std::move(o));
+  s->setup_environment();
+  s->setup_module(m);
+  return s;
+}
 size_t num_units(FSDPStrategy& s, BoringModel& m) {
   s.setup_environment();
   s.setup_module(m);
@@ -214,31 +227,40 @@ TEST_CASE("FSDP bad input fails before training", "[fsdp][config]") {
 namespace {
 /// Trains `single` on one device and `sharded` under FSDP at world 1 (Blocks as units), with the
 /// same options and data, and checks that their parameters end up the same.
-void fit_single_and_fsdp(BoringModel& single, BoringModel& sharded, TrainerOptions o) {
+void fit_single_and_fsdp(BoringModel& single, BoringModel& sharded, TrainerOptions o,
+                         std::vector<std::string> unit_types = {"Block"}) {
   DataLoader la(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
   DataLoader lb(std::make_shared<RandomDataset>(32), DataLoaderOptions{8, false, false, 0});
   Trainer ta(o);
   ta.fit(single, la);
   o.strategy = "fsdp";
-  o.strategy.fsdp.auto_wrap_policy.module_types = {"Block"};
+  o.strategy.fsdp.auto_wrap_policy.module_types = std::move(unit_types);
   Trainer tb(o);
   tb.fit(sharded, lb);
   // After fit the module stays sharded (nothing gathered) until asked.
   for (auto& p : sharded.parameters()) CHECK(p.numel() == 0);
   tb.strategy().unshard_module(sharded);
   auto pa = single.named_parameters(), pb = sharded.named_parameters();
+  REQUIRE(pa.size() == pb.size());
   for (auto& kv : pa) CHECK(torch::allclose(kv.value(), pb[kv.key()], 1e-6, 1e-6));
+}
+
+/// Two `M`s from the same seed: one trained on one device, one under FSDP at world 1.
+template <class M>
+void check_like_single_device(const BoringOptions& bo, uint64_t seed, const std::string& dir,
+                              std::vector<std::string> unit_types = {"Block"}) {
+  torch::manual_seed(seed);
+  M a(bo);
+  torch::manual_seed(seed);
+  M b(bo);
+  fit_single_and_fsdp(a, b, quiet_options(temp_dir(dir)), std::move(unit_types));
 }
 }  // namespace
 
 TEST_CASE("FSDP on one process frees unit storage after forward and trains like single device", "[fsdp]") {
   BoringOptions bo;
   bo.blocks = 2;
-  torch::manual_seed(3);
-  BoringModel a(bo);
-  torch::manual_seed(3);
-  BoringModel b(bo);
-  fit_single_and_fsdp(a, b, quiet_options(temp_dir("fsdp1")));
+  check_like_single_device<BoringModel>(bo, 3, "fsdp1");
 }
 
 namespace {
@@ -264,30 +286,134 @@ TEST_CASE("FSDP on one process frees units during a gradient-accumulation micro-
   BoringOptions bo;
   bo.blocks = 3;
   ProbedModel m(bo);
-  FSDPOptions o;
-  o.auto_wrap_policy.module_types = {"Block"};
-  auto s = make_fsdp(o);
-  s.setup_environment();
-  s.setup_module(m);
-  REQUIRE(s.units().size() == 4);
+  auto s = fsdp_on(m);
+  REQUIRE(s->units().size() == 4);
   std::vector<size_t> during;  // unsharded bytes of units 2.. while block0's backward runs
   m.probe = [&] {
-    auto u = s.units();
+    auto u = s->units();
     for (size_t i = 2; i < u.size(); ++i) during.push_back(u[i].unsharded_bytes);
   };
   Batch batch{torch::randn({4, 32})};
   for (int step = 0; step < 2; ++step) {
     during.clear();
-    torch::Tensor loss = s.training_step(m, batch, step);
-    s.backward(m, loss, /*sync_gradients=*/false);
+    torch::Tensor loss = s->training_step(m, batch, step);
+    s->backward(m, loss, /*sync_gradients=*/false);
     REQUIRE(during.size() == 2);
     for (size_t b : during) CHECK(b == 0);
-    auto u = s.units();
+    auto u = s->units();
     for (size_t i = 1; i < u.size(); ++i) CHECK(u[i].unsharded_bytes == 0);
     // The full gradients are kept (not reduced) between micro-steps.
     for (auto& p : m.parameters()) CHECK(p.grad().defined());
   }
-  s.teardown(m);
+  s->teardown(m);
+}
+
+namespace {
+/// BoringModel (3 blocks) whose forward calls block1 twice in a row, calling `probe` between the
+/// two calls; `after_forward` runs once the loss is computed.
+class TwiceModel : public BoringModel {
+ public:
+  using BoringModel::BoringModel;
+  std::function<void()> probe, after_forward;
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    torch::Tensor x = blocks[1]->forward(blocks[0]->forward(batch[0]));
+    if (probe) probe();
+    x = blocks[2]->forward(blocks[1]->forward(x));
+    auto out = head->forward(x);
+    auto loss = torch::mse_loss(out, torch::ones_like(out));
+    if (after_forward) after_forward();
+    return loss;
+  }
+};
+}  // namespace
+
+TEST_CASE("FSDP keeps a unit gathered when it is the next to gather: called again at once, or last in forward",
+          "[fsdp]") {
+  BoringOptions bo;
+  bo.blocks = 3;
+  TwiceModel m(bo);
+  auto s = fsdp_on(m);
+  REQUIRE(s->units().size() == 4);
+  std::vector<size_t> between, after;  // unsharded bytes of block1, and of blocks 0..2
+  m.probe = [&] { between.push_back(s->units()[2].unsharded_bytes); };
+  m.after_forward = [&] {
+    after.clear();
+    for (size_t i = 1; i < 4; ++i) after.push_back(s->units()[i].unsharded_bytes);
+  };
+  Batch batch{torch::randn({4, 32})};
+  const size_t block_bytes = (32 * 32 + 32) * 4;
+  for (int step = 0; step < 3; ++step) {
+    torch::Tensor loss = s->training_step(m, batch, step);
+    if (step == 0) {
+      // No previous order yet: every unit is freed after its forward.
+      CHECK(between.back() == 0);
+      CHECK(after == std::vector<size_t>{0, 0, 0});
+    } else {
+      // block1 runs again at once; block2's backward comes first: both stay, block0 is freed.
+      CHECK(between.back() == block_bytes);
+      CHECK(after == std::vector<size_t>{0, 0, block_bytes});
+    }
+    s->backward(m, loss, /*sync_gradients=*/true);
+    for (size_t i = 1; i < 4; ++i) CHECK(s->units()[i].unsharded_bytes == 0);
+  }
+  // A forward whose loss never goes backward leaves block2 gathered; the next step frees it first.
+  s->training_step(m, batch, 3);
+  CHECK(s->units()[3].unsharded_bytes == block_bytes);
+  m.probe = [&] { CHECK(s->units()[3].unsharded_bytes == 0); };
+  s->backward(m, s->training_step(m, batch, 4), true);
+  s->teardown(m);
+
+  // The same model trains as on a single device.
+  check_like_single_device<TwiceModel>(bo, 5, "fsdp-twice");
+}
+
+namespace {
+/// BoringModel behind an embedding (indices made from the inputs), a volt::hooked stock Embedding
+/// that FSDP can make a unit. `probe` runs in backward right after the embedding output's FSDP hook.
+class EmbeddingModel : public BoringModel {
+ public:
+  explicit EmbeddingModel(BoringOptions o) : BoringModel(o) {
+    embedding = register_module("embedding", volt::hooked(torch::nn::Embedding(50, o.dim)));
+  }
+  std::function<void()> probe;
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    torch::Tensor ids = (batch[0].abs() * 10).to(torch::kLong).clamp_max(49);
+    torch::Tensor e = embedding->forward(ids);
+    if (probe) e.register_hook([this](const torch::Tensor&) { probe(); });
+    auto out = forward(e.mean(1) + batch[0]);
+    return torch::mse_loss(out, torch::ones_like(out));
+  }
+  volt::Hooked<torch::nn::Embedding> embedding{nullptr};
+};
+}  // namespace
+
+TEST_CASE("FSDP does not gather an embedding unit for its backward, which reads no weights", "[fsdp]") {
+  BoringOptions bo;
+  bo.blocks = 2;
+  for (bool checkpointed : {false, true}) {
+    DYNAMIC_SECTION((checkpointed ? "activation-checkpointed" : "plain")) {
+      torch::manual_seed(7);
+      EmbeddingModel m(bo);
+      auto s = fsdp_on(m, {"Embedding", "Block"});
+      if (checkpointed) {
+        ModulePolicy ac;
+        ac.module_types = {"Embedding"};
+        REQUIRE(apply_activation_checkpointing(m, ac, "test") == 1);
+      }
+      REQUIRE(s->units().size() == 4);
+      REQUIRE(s->units()[3].name == "embedding");  // units follow registration order
+      std::vector<size_t> seen;
+      m.probe = [&] { seen.push_back(s->units()[3].unsharded_bytes); };
+      Batch batch{torch::randn({4, 32})};
+      for (int step = 0; step < 2; ++step) s->backward(m, s->training_step(m, batch, step), true);
+      REQUIRE(seen.size() == 2);
+      // Checkpointed, the recomputed forward reads the weight: gathered (50 x 32 fp32).
+      for (size_t b : seen) CHECK(b == (checkpointed ? 50 * 32 * 4 : 0));
+      s->teardown(m);
+    }
+  }
+  // Trained as on one device, the embedding's gradient included.
+  check_like_single_device<EmbeddingModel>(bo, 8, "fsdp-embedding", {"Embedding", "Block"});
 }
 
 TEST_CASE("FSDP on one process trains a model with frozen parameters like single device", "[fsdp]") {
