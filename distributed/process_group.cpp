@@ -362,40 +362,36 @@ CollectiveWork ProcessGroup::all_gather_async(torch::Tensor& flat, const torch::
       fail("all_gather", e);
     }
   }
-  if (size_ == 2) return all_gather_pair(flat, shard);
-  // Gloo has no flat all-gather: a list all-gather into views of the flat output.
-  torch::Tensor out = as_wire(flat.view(-1));
-  std::vector<std::vector<torch::Tensor>> outputs(1);
-  for (auto& c : out.chunk(size_)) outputs[0].push_back(c);
-  std::vector<torch::Tensor> inputs{as_wire(shard.contiguous().view(-1))};
-  bytes_sent_ += shard.numel() * shard.element_size() * (size_ - 1);
-  try {
-    return CollectiveWork(impl_->pg->allgather(outputs, inputs), describe("all_gather"), nullptr, impl_->watchdog,
-                          impl_->work_clock(nccl_));
-  } catch (const std::exception& e) {
-    fail("all_gather", e);
-  }
+  return all_gather_gloo(flat, shard);
 }
 
-CollectiveWork ProcessGroup::all_gather_pair(torch::Tensor& flat, const torch::Tensor& shard) {
-  // [Note: Gloo all-gather of two ranks] Gloo's list all-gather copies the input into a flat
+CollectiveWork ProcessGroup::all_gather_gloo(torch::Tensor& flat, const torch::Tensor& shard) {
+  // [Note: Gloo all-gather as an all-to-all] Gloo's list all-gather copies the input into a flat
   // buffer, gathers into a second full-size buffer and copies that out again: on loopback it took
-  // 60-66 ms for a 68 MB unit where an all-reduce of the same 68 MB took 38 ms (LibTorch 1.13, one
-  // thread per rank). With two ranks an all-to-all does it without copies: each rank sends its
-  // shard to the other (a split of 0 to itself) straight into the other half of the flat output:
-  // 16-19 ms. With more ranks the all-to-all would need the shard repeated N-1 times, and it
-  // measured no faster than the list form, which stays.
-  const int64_t r = rank_, sn = shard.numel();
+  // 60-66 ms for a 68 MB unit at two ranks, where an all-reduce of the same 68 MB took 38 ms
+  // (LibTorch 1.13, one thread per rank). An all-to-all writes straight into the flat output. With
+  // two ranks each sends its shard to the other (a split of 0 to itself) and copies its own: no
+  // extra buffer, 16-19 ms. With more ranks the input is the shard repeated once per rank (a
+  // transient of the unit's size, as Gloo's own buffer was, mapped on huge pages): bench_fsdp's
+  // FULL_SHARD step at 4 ranks took 3.00-3.14 s against 3.59-3.61 s with the list all-gather.
+  const int64_t n = size_, r = rank_, sn = shard.numel();
   torch::Tensor whole = as_wire(flat.view(-1));
-  torch::Tensor in = as_wire(shard.contiguous().view(-1));
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    whole.narrow(0, r * sn, sn).copy_(in);
+  torch::Tensor one = as_wire(shard.contiguous().view(-1));
+  torch::Tensor in, out;
+  std::vector<int64_t> out_splits, in_splits;  // empty: equal splits
+  at::AutoDispatchBelowADInplaceOrView guard;
+  if (n == 2) {
+    whole.narrow(0, r * sn, sn).copy_(one);
+    in = one;
+    out = whole.narrow(0, (1 - r) * sn, sn);
+    out_splits = {r == 0 ? 0 : sn, r == 0 ? sn : 0};
+    in_splits = out_splits;  // two vectors: Gloo's alltoall_base moves from each
+  } else {
+    in = detail::empty_large(n * sn, one.options());
+    in.view({n, sn}).copy_(one.view({1, sn}).expand({n, sn}));
+    out = whole;
   }
-  torch::Tensor out = whole.narrow(0, (1 - r) * sn, sn);
-  std::vector<int64_t> out_splits{r == 0 ? 0 : sn, r == 0 ? sn : 0};
-  std::vector<int64_t> in_splits = out_splits;  // two vectors: Gloo's alltoall_base moves from each
-  bytes_sent_ += sn * in.element_size();
+  bytes_sent_ += sn * one.element_size() * (n - 1);
   try {
     return CollectiveWork(impl_->pg->alltoall_base(out, in, out_splits, in_splits), describe("all_gather (all_to_all)"),
                           nullptr, impl_->watchdog, impl_->work_clock(nccl_));

@@ -125,8 +125,8 @@ class ProcessGroup {
   /// Rank 0 of a store it serves: returns once every other rank has connected.
   void wait_for_ranks(const std::function<std::string()>& peer_failure);
   [[noreturn]] void fail(const std::string& collective, const std::exception& e) const;
-  /// Gloo's all-gather for a group of two: one all-to-all, no copies (see its note).
-  CollectiveWork all_gather_pair(torch::Tensor& flat, const torch::Tensor& shard);
+  /// Gloo's all-gather: one all-to-all into `flat` (see its note).
+  CollectiveWork all_gather_gloo(torch::Tensor& flat, const torch::Tensor& shard);
   /// Throws DistributedError naming `collective` if a peer is known to have failed.
   void check_peers(const char* collective) const;
   /// check_peers, then the scope marks this thread blocked in `collective`.
