@@ -46,10 +46,21 @@ at::DataPtr allocate_large(size_t nbytes) {
   return at::DataPtr(p, new Mapping{p, length}, &unmap, at::Device(at::kCPU));
 }
 
+namespace {
+bool mapped_on_its_own(const at::Device& device, size_t nbytes) {
+  return device.type() == at::kCPU && nbytes >= kLargeBufferBytes;
+}
+}  // namespace
+
+at::DataPtr allocate_buffer(const at::Device& device, size_t nbytes) {
+  return mapped_on_its_own(device, nbytes) ? allocate_large(nbytes)
+                                           : c10::GetAllocator(device.type())->allocate(nbytes);
+}
+
 at::Tensor empty_large(int64_t numel, const at::TensorOptions& options) {
+  TORCH_CHECK(numel >= 0, "volt: a buffer of ", numel, " elements was asked for");
   const size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
-  if (options.device().type() != at::kCPU || nbytes < kLargeBufferBytes || options.pinned_memory())
-    return torch::empty({numel}, options);
+  if (!mapped_on_its_own(options.device(), nbytes) || options.pinned_memory()) return torch::empty({numel}, options);
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, allocate_large(nbytes), nullptr, false);
   return at::empty({0}, options).set_(std::move(storage), 0, {numel}, {1});
 }

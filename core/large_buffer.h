@@ -27,6 +27,10 @@ constexpr size_t kLargeBufferBytes = size_t{2} << 20;
 /// (out of memory) when the mapping fails.
 at::DataPtr allocate_large(size_t nbytes);
 
+/// `nbytes` for a buffer on `device`: allocate_large for a large one on the CPU, the device's own
+/// allocator otherwise (CUDA's caching allocator, LibTorch's CPU allocator).
+at::DataPtr allocate_buffer(const at::Device& device, size_t nbytes);
+
 /// An uninitialized contiguous tensor of `numel` elements: mapped by allocate_large for a large
 /// one on the CPU, torch::empty otherwise.
 at::Tensor empty_large(int64_t numel, const at::TensorOptions& options);

@@ -5,8 +5,6 @@
 #include <atomic>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-
-#include "volt/core/large_buffer.h"
 // The PyTorch wheel's LibTorch ships no gloo headers: Gloo is then unavailable (NCCL remains)
 // unless the build is given some (VOLT_GLOO_INCLUDE_DIR, see scripts/gpu.sh).
 #if __has_include(<gloo/algorithm.h>)
@@ -402,6 +400,44 @@ CollectiveWork ProcessGroup::all_gather_gloo(torch::Tensor& flat, const torch::T
 
 void ProcessGroup::all_gather(torch::Tensor& flat, const torch::Tensor& shard) { all_gather_async(flat, shard).wait(); }
 
+namespace {
+/// The local half of Gloo's reduce-scatter: `target` = the sum (or mean) of this rank's chunk of
+/// `whole` (its input, which it kept) and the other ranks' chunks in `out` (rank order, its own
+/// left out), in fp32. Frees `whole` once it is read.
+void sum_chunks(torch::Tensor& target, torch::Tensor& out, torch::Tensor& whole, int64_t n, int64_t r, bool bf16,
+                ReduceOp op) {
+  at::AutoDispatchBelowADInplaceOrView g;
+  const int64_t sn = target.numel();
+  torch::Tensor own = whole.narrow(0, r * sn, sn);
+  // Two fp32 ranks: the sum goes into the receive buffer, which then becomes the target's storage
+  // (when the target owns all of its storage: no view of it can be left behind). The target's own
+  // memory is never written: a fresh mapping (FSDP's, large_buffer.h) never becomes resident, so
+  // the reduction holds one chunk less at its peak.
+  if (n == 2 && !bf16 && out.scalar_type() == at::kFloat && target.scalar_type() == at::kFloat && !target.is_view() &&
+      target.is_contiguous() && target.storage_offset() == 0 && target.storage().nbytes() == target.nbytes()) {
+    out.add_(own);
+    own = torch::Tensor();
+    whole = torch::Tensor();
+    if (op == ReduceOp::Mean) out.div_(2.0);
+    target.set_(out.view(target.sizes()));
+    return;
+  }
+  auto f32 = [bf16](const torch::Tensor& t) { return (bf16 ? t.view(at::kBFloat16) : t).to(at::kFloat); };
+  auto chunk = [&](int64_t j) { return f32(j == r ? own : out.narrow(0, (j < r ? j : j - 1) * sn, sn)); };
+  // Summed straight into the target when it is fp32 (FSDP's case), else through a temporary.
+  torch::Tensor dst = target.view(-1);
+  const bool direct =
+      dst.scalar_type() == at::kFloat && dst.is_contiguous() && !dst.storage().is_alias_of(whole.storage());
+  torch::Tensor acc = direct ? dst : torch::empty({sn});
+  at::add_out(acc, chunk(0), chunk(1));
+  for (int64_t j = 2; j < n; ++j) acc.add_(chunk(j));
+  own = torch::Tensor();
+  whole = torch::Tensor();
+  if (op == ReduceOp::Mean) acc.div_(static_cast<double>(n));
+  if (!acc.is_same(dst)) dst.copy_(acc);
+}
+}  // namespace
+
 void ProcessGroup::reduce_scatter(torch::Tensor& shard, const torch::Tensor& full, ReduceOp op) {
   reduce_scatter_async(shard, full, op).wait();
 }
@@ -460,36 +496,8 @@ CollectiveWork ProcessGroup::reduce_scatter_async(torch::Tensor& shard, const to
     return CollectiveWork(
         work, describe("reduce_scatter (all_to_all)"),
         [target, out, in, whole, bf16, n, r, op]() mutable {
-          at::AutoDispatchBelowADInplaceOrView g;
           in = torch::Tensor();  // the input may go as soon as the exchange is done
-          auto f32 = [bf16](const torch::Tensor& t) { return (bf16 ? t.view(at::kBFloat16) : t).to(at::kFloat); };
-          const int64_t sn = target.numel();
-          auto chunk = [&](int64_t j) {
-            return f32(j == r ? whole.narrow(0, r * sn, sn) : out.narrow(0, (j < r ? j : j - 1) * sn, sn));
-          };
-          // Two fp32 ranks: the sum goes into the receive buffer, which then becomes the target's
-          // storage (when the target owns all of its storage: no view of it can be left behind).
-          // The target's own memory is never written: a fresh mapping (FSDP's, large_buffer.h)
-          // never becomes resident, so the reduction holds one chunk less at its peak.
-          if (n == 2 && !bf16 && out.scalar_type() == at::kFloat && target.scalar_type() == at::kFloat &&
-              !target.is_view() && target.is_contiguous() && target.storage_offset() == 0 &&
-              target.storage().nbytes() == target.nbytes()) {
-            out.add_(whole.narrow(0, r * sn, sn));
-            whole = torch::Tensor();
-            if (op == ReduceOp::Mean) out.div_(2.0);
-            target.set_(out.view(target.sizes()));
-            return;
-          }
-          // Summed straight into the target when it is fp32 (FSDP's case), else through a temporary.
-          torch::Tensor dst = target.view(-1);
-          const bool direct =
-              dst.scalar_type() == at::kFloat && dst.is_contiguous() && !dst.storage().is_alias_of(whole.storage());
-          torch::Tensor acc = direct ? dst : torch::empty({sn});
-          at::add_out(acc, chunk(0), chunk(1));
-          for (int64_t j = 2; j < n; ++j) acc.add_(chunk(j));
-          whole = torch::Tensor();
-          if (op == ReduceOp::Mean) acc.div_(static_cast<double>(n));
-          if (!acc.is_same(dst)) dst.copy_(acc);
+          sum_chunks(target, out, whole, n, r, bf16, op);
         },
         impl_->watchdog, impl_->work_clock(nccl_));
   } catch (const std::exception& e) {

@@ -84,10 +84,7 @@ void FlatParam::refill_full() {
   const size_t nbytes = static_cast<size_t>(padded_) * full_.element_size();
   if (compat::storage_nbytes(full_) == nbytes) return;
   // A large unit on the CPU gets its own huge-page mapping (large_buffer.h: page faults).
-  if (full_.is_cpu() && nbytes >= kLargeBufferBytes)
-    compat::refill_storage(full_, allocate_large(nbytes), nbytes);
-  else
-    compat::refill_storage(full_, nbytes);
+  compat::refill_storage(full_, allocate_buffer(full_.device(), nbytes), nbytes);
 }
 
 void FlatParam::unshard_async(ProcessGroup* pg) {

@@ -65,3 +65,11 @@ TEST_CASE("allocate_large memory becomes a parameter's storage through compat::r
   CHECK(view.sum().item<float>() == 15.0f);  // views made before see the new memory
   volt::compat::free_storage(full);
 }
+
+TEST_CASE("Absurd buffer sizes fail with a message that names them", "[unit][core]") {
+  // More than any machine maps: the error says how much and what to do, and nothing is left mapped.
+  CHECK_THROWS_WITH(allocate_large(size_t{1} << 60),
+                    Catch::Contains("could not map") && Catch::Contains("out of memory"));
+  CHECK_THROWS_WITH(empty_large(int64_t{1} << 58, torch::kFloat), Catch::Contains("could not map"));
+  CHECK_THROWS_WITH(empty_large(-4, torch::kFloat), Catch::Contains("-4 elements"));
+}
