@@ -17,6 +17,10 @@
 //                   [--nhead 8] [--nhid 2048] [--nlayers 10] [--lr 3e-4] [--forward-prefetch]
 //                   [--glibc-malloc]
 //                   [--worlds 1,2,4] [--strategies ddp,no_shard,shard_grad_op,full_shard] [--results FILE]
+//   One configuration of a job across hosts (bench/hosts.py runs one per host, with NODE_RANK,
+//   MASTER_ADDR and MASTER_PORT set): bench_fsdp --run STRATEGY DEVICES --num_nodes N --out FILE;
+//   STRATEGY may also be hybrid_shard there. Each rank then also reads its host's eth0 counters:
+//   the bytes the host sent over its link per step.
 // A full run takes about 15 minutes on 2 cores; --results FILE keeps the raw results and resumes.
 // (data_dir defaults to ../shared/data/wikitext-2.)
 //
@@ -64,6 +68,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 const std::vector<std::string> kAllStrategies = {"DDP", "NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD"};
+const std::vector<std::string> kRunStrategies = {"DDP",        "NO_SHARD",     "SHARD_GRAD_OP",
+                                                 "FULL_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
 
 struct Args {
   std::string data_dir = "../shared/data/wikitext-2";
@@ -77,7 +83,8 @@ struct Args {
   std::vector<std::string> strategies = kAllStrategies;
   // Internal: one configuration (the child's side).
   std::string run_strategy;
-  int64_t run_world = 0;
+  int64_t run_world = 0;  // ranks on this node
+  int64_t num_nodes = 1;
   std::string out;
   // --results FILE: keep the raw results there and skip configurations it already has (a long
   // run can be resumed, or the table printed again from a finished one).
@@ -136,6 +143,10 @@ Args parse(int argc, char** argv) {
     } else if (k == "--run") {
       a.run_strategy = upper(value());
       a.run_world = std::stoll(value());
+      if (std::find(kRunStrategies.begin(), kRunStrategies.end(), a.run_strategy) == kRunStrategies.end())
+        throw std::invalid_argument("unknown strategy '" + a.run_strategy + "'");
+    } else if (k == "--num_nodes") {
+      a.num_nodes = std::stoll(value());
     } else if (k == "--out")
       a.out = value();
     else if (k == "--results")
@@ -159,13 +170,26 @@ using bench::rss_bytes;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+/// Bytes this host sent over eth0 so far (the link between hosts in bench/hosts.py), -1 without one.
+double link_tx_bytes() {
+  std::ifstream in("/sys/class/net/eth0/statistics/tx_bytes");
+  double v = -1;
+  return in >> v ? v : -1;
+}
+
 /// Step times, bytes sent, parameter count and memory peaks of this rank.
 class Probe : public Callback {
  public:
   std::string state_key() const override { return "BenchFSDPProbe"; }
   void on_train_start(Trainer& t, LightningModule& m) override {
-    pg_ = nullptr;
-    if (auto* ps = dynamic_cast<ParallelStrategy*>(&t.strategy()); ps && t.world_size() > 1) pg_ = &ps->process_group();
+    // Every group of the mesh (HYBRID_SHARD talks only in its "shard" and "replicate" groups).
+    groups_.clear();
+    if (auto* ps = dynamic_cast<ParallelStrategy*>(&t.strategy()); ps && t.world_size() > 1) {
+      DeviceMesh& mesh = ps->device_mesh();
+      groups_.push_back(&mesh.world());
+      for (const auto& dim : mesh.layout().names)
+        if (ProcessGroup* g = mesh.group(dim); g && g != &mesh.world()) groups_.push_back(g);
+    }
     params = 0;
     largest_unit = 0;
     if (auto* fsdp = dynamic_cast<FSDPStrategy*>(&t.strategy())) {
@@ -180,17 +204,25 @@ class Probe : public Callback {
     peak_reset = reset_peak();
   }
   void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t) override {
-    if (pg_) pg_->reset_comm_stats();
+    for (ProcessGroup* g : groups_) g->reset_comm_stats();
+    link0_ = link_tx_bytes();
     t0_ = Clock::now();
   }
   void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor&, const Batch&, int64_t) override {
     step.push_back(seconds_since(t0_));
     // Every collective of the step has been waited on by now (FSDP resolves its reduce-scatters at
     // the end of backward, DDP waits for its buckets before the optimizer).
-    const CommStats c = pg_ ? pg_->comm_stats() : CommStats{};
+    CommStats c{};
+    for (ProcessGroup* g : groups_) {
+      const CommStats s = g->comm_stats();
+      c.bytes_sent += s.bytes_sent;
+      c.busy_seconds += s.busy_seconds;
+      c.blocked_seconds += s.blocked_seconds;
+    }
     sent.push_back(static_cast<double>(c.bytes_sent));
     comm.push_back(c.busy_seconds);
     exposed.push_back(std::min(c.blocked_seconds, c.busy_seconds));
+    link.push_back(link0_ < 0 ? 0.0 : link_tx_bytes() - link0_);
   }
   // The peak of the training phase, before teardown.
   void on_train_end(Trainer&, LightningModule&) override { train_peak = hwm_bytes(); }
@@ -198,13 +230,15 @@ class Probe : public Callback {
   std::vector<double> step, sent;
   std::vector<double> comm;     // collectives' time in flight (s), overlapping ones added up
   std::vector<double> exposed;  // of which the training thread waited for (s)
+  std::vector<double> link;     // bytes this host sent over eth0 during the step
   int64_t params = 0, largest_unit = 0;
   double setup_peak = -1, train_peak = -1;
   bool peak_reset = false;
 
  private:
-  ProcessGroup* pg_ = nullptr;
+  std::vector<ProcessGroup*> groups_;
   Clock::time_point t0_;
+  double link0_ = -1;
 };
 
 /// One configuration: runs on every rank of a (strategy, world) job; rank 0 appends a result line.
@@ -234,8 +268,9 @@ int run_one(const Args& a) {
   TrainerOptions t = bench::quiet_trainer_options(a.warmup + a.steps);
   t.accelerator = "cpu";
   t.devices = world;
+  t.num_nodes = a.num_nodes;
   if (a.run_strategy == "DDP") {
-    t.strategy = world > 1 ? "ddp" : "auto";
+    t.strategy = world * a.num_nodes > 1 ? "ddp" : "auto";
   } else {
     t.strategy = "fsdp";
     t.strategy.fsdp.sharding_strategy = a.run_strategy;
@@ -258,15 +293,16 @@ int run_one(const Args& a) {
   const double sent = median(timed(probe->sent));
   const double comm = median(timed(probe->comm));
   const double exposed = median(timed(probe->exposed));
+  const double link = median(timed(probe->link));
   const double setup_peak = probe->setup_peak;
   const double train_peak = probe->train_peak;
   const double whole_peak = std::max(setup_peak, train_peak);
   const double reset_ok = probe->peak_reset ? 1.0 : 0.0;
   // Max over ranks (min for "reset worked everywhere").
-  auto mx = trainer.strategy().all_reduce(
-      torch::tensor({step_s, sent, whole_peak, whole_peak - base, train_peak, train_peak - base, base, comm, exposed},
-                    torch::kDouble),
-      ReduceOp::Max);
+  auto mx = trainer.strategy().all_reduce(torch::tensor({step_s, sent, whole_peak, whole_peak - base, train_peak,
+                                                         train_peak - base, base, comm, exposed, link},
+                                                        torch::kDouble),
+                                          ReduceOp::Max);
   auto mn = trainer.strategy().all_reduce(torch::tensor({reset_ok}, torch::kDouble), ReduceOp::Min);
   const int64_t threads = torch::get_num_threads();
   if (trainer.global_rank() != 0) return 0;
@@ -278,7 +314,7 @@ int run_one(const Args& a) {
   out << a.run_strategy << ' ' << mopt.vocab_size << ' ' << world << ' ' << trainer.world_size() << ' ' << threads
       << ' ' << probe->params << ' ' << probe->largest_unit << ' ' << timed(probe->step).size();
   for (int i = 0; i < 7; ++i) out << ' ' << v[i];
-  out << ' ' << mn.item<double>() << ' ' << v[7] << ' ' << v[8] << '\n';
+  out << ' ' << mn.item<double>() << ' ' << v[7] << ' ' << v[8] << ' ' << v[9] << '\n';
   return out ? 0 : 1;
 }
 
@@ -287,6 +323,7 @@ struct Row {
   int64_t vocab = 0, world = 0, processes = 0, threads = 0, params = 0, largest_unit = 0, steps = 0;
   double step_s = 0, sent = 0, peak = 0, growth = 0, train_peak = 0, train_growth = 0, base = 0, reset_ok = 0;
   double comm = 0, exposed = 0;  // s per step: collectives in flight, and the part the step waited for
+  double link = 0;               // bytes a host sent over its link per step (max over hosts)
   bool ok = false;
   std::string error;
 };
@@ -352,7 +389,7 @@ int run_all(int argc, char** argv, const Args& a) {
     Row r;
     f >> r.strategy >> r.vocab >> r.world >> r.processes >> r.threads >> r.params >> r.largest_unit >> r.steps >>
         r.step_s >> r.sent >> r.peak >> r.growth >> r.train_peak >> r.train_growth >> r.base >> r.reset_ok >> r.comm >>
-        r.exposed;
+        r.exposed >> r.link;
     if (!f) continue;
     r.ok = true;
     for (auto& row : rows)

@@ -85,6 +85,9 @@ constexpr const char* kOptions =
     "  --KEY=VALUE       override any key (a dotted path, a YAML value), e.g. --trainer.max_steps=20,\n"
     "                    --model.init_args.hidden=64 (or --model.hidden=64), --model=OtherNet\n"
     "  --print_config    print the resolved config (every key, defaults included) and exit\n"
+    "  --node_rank=N --master_addr=HOST --master_port=PORT\n"
+    "                    one command per node for trainer.num_nodes > 1 without torchrun or SLURM: this\n"
+    "                    node's rank (0 on the master's host) and where rank 0 serves the rendezvous\n"
     "  -h, --help        print this help and exit\n";
 
 template <class Base>

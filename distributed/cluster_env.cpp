@@ -11,61 +11,124 @@
 namespace volt {
 
 namespace {
-std::optional<std::string> get(const std::map<std::string, std::string>* env, const char* key) {
-  if (env) {
-    auto it = env->find(key);
-    return it == env->end() ? std::nullopt : std::optional<std::string>(it->second);
+struct Vars {
+  const std::map<std::string, std::string>* env;
+  std::optional<std::string> get(const char* key) const {
+    if (env) {
+      auto it = env->find(key);
+      return it == env->end() ? std::nullopt : std::optional<std::string>(it->second);
+    }
+    const char* v = std::getenv(key);
+    return v ? std::optional<std::string>(v) : std::nullopt;
   }
-  const char* v = std::getenv(key);
-  return v ? std::optional<std::string>(v) : std::nullopt;
+  bool has(const char* key) const { return get(key).has_value(); }
+  int64_t integer(const char* key) const {
+    const std::string s = *get(key);
+    try {
+      size_t pos = 0;
+      int64_t v = std::stoll(s, &pos);
+      if (pos == s.size()) return v;
+    } catch (...) {
+    }
+    throw DistributedError(detail::str_cat("environment variable ", key, "='", s, "' is not an integer"));
+  }
+  /// The first of `keys` that is set, as an integer; `fallback` when none is.
+  int64_t first_int(std::initializer_list<const char*> keys, int64_t fallback) const {
+    for (const char* k : keys)
+      if (has(k)) return integer(k);
+    return fallback;
+  }
+  std::optional<std::string> first(std::initializer_list<const char*> keys) const {
+    for (const char* k : keys)
+      if (auto v = get(k)) return v;
+    return std::nullopt;
+  }
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 1; }
+
+void read_torchrun(const Vars& v, ClusterEnv& c) {
+  c.source = v.has("VOLT_LAUNCHED") ? "volt" : "torchrun";
+  c.rank = v.integer("RANK");
+  c.world_size = v.integer("WORLD_SIZE");
+  c.local_rank = v.first_int({"LOCAL_RANK"}, c.rank);
+  c.local_world_size = v.first_int({"LOCAL_WORLD_SIZE"}, c.world_size);
+  VOLT_CHECK(c.local_world_size >= 1, DistributedError, "environment variable LOCAL_WORLD_SIZE must be >= 1, got ",
+             c.local_world_size);
+  c.node_rank = v.first_int({"GROUP_RANK", "NODE_RANK"}, c.rank / c.local_world_size);
+  c.num_nodes = v.first_int({"GROUP_WORLD_SIZE"}, ceil_div(c.world_size, c.local_world_size));
+  VOLT_CHECK(v.has("MASTER_ADDR") && v.has("MASTER_PORT"), DistributedError,
+             "RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; set both (torchrun does)");
+  c.master_addr = *v.get("MASTER_ADDR");
+  c.port = static_cast<int>(v.integer("MASTER_PORT"));
+  c.port_given = true;
 }
-int64_t to_int(const std::string& s, const char* key) {
-  try {
-    size_t pos = 0;
-    int64_t v = std::stoll(s, &pos);
-    if (pos == s.size()) return v;
-  } catch (...) {
+
+void read_slurm(const Vars& v, ClusterEnv& c) {
+  c.source = "slurm";
+  c.rank = v.integer("SLURM_PROCID");
+  c.world_size = v.integer("SLURM_NTASKS");
+  c.local_rank = v.first_int({"SLURM_LOCALID"}, 0);
+  c.node_rank = v.first_int({"SLURM_NODEID"}, 0);
+  c.num_nodes = v.first_int({"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}, 1);
+  if (v.has("SLURM_NTASKS_PER_NODE")) {
+    c.local_world_size = v.integer("SLURM_NTASKS_PER_NODE");
+  } else if (auto spec = v.first({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
+    c.local_world_size = detail::first_slurm_tasks_per_node(*spec);
+  } else {
+    c.local_world_size = ceil_div(c.world_size, c.num_nodes);
   }
-  throw DistributedError(detail::str_cat("environment variable ", key, "='", s, "' is not an integer"));
+  // The step's node list names the nodes this srun runs on; the job's may hold more.
+  const auto nodes = v.first({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+  c.master_addr = v.has("MASTER_ADDR") ? *v.get("MASTER_ADDR") : detail::first_slurm_host(nodes.value_or("127.0.0.1"));
+  if (v.has("MASTER_PORT")) {
+    c.port = static_cast<int>(v.integer("MASTER_PORT"));
+  } else {
+    // Lightning's rule: a port derived from the job id, so every task agrees without talking.
+    c.port = static_cast<int>(10000 + v.first_int({"SLURM_JOB_ID"}, 0) % 20000);
+  }
+  c.port_given = true;
+}
+
+void read_self_launch(const Vars& v, ClusterEnv& c) {
+  // Lightning's LightningEnvironment: this node's launcher starts its ranks; the others are told
+  // where to meet by NODE_RANK, MASTER_ADDR and MASTER_PORT.
+  c.node_rank = v.first_int({"NODE_RANK", "GROUP_RANK"}, 0);
+  if (auto a = v.get("MASTER_ADDR")) c.master_addr = *a;
+  if (v.has("MASTER_PORT")) {
+    c.port = static_cast<int>(v.integer("MASTER_PORT"));
+    c.port_given = true;
+  }
+  VOLT_CHECK(c.node_rank >= 0, DistributedError, "environment variable NODE_RANK must be >= 0, got ", c.node_rank);
 }
 }  // namespace
 
 ClusterEnv ClusterEnv::detect(const std::map<std::string, std::string>* env) {
+  const Vars v{env};
   ClusterEnv c;
-  auto rank = get(env, "RANK"), world = get(env, "WORLD_SIZE");
-  if (rank && world) {
-    c.source = get(env, "VOLT_LAUNCHED") ? "volt" : "torchrun";
-    c.rank = to_int(*rank, "RANK");
-    c.world_size = to_int(*world, "WORLD_SIZE");
-    c.local_rank = get(env, "LOCAL_RANK") ? to_int(*get(env, "LOCAL_RANK"), "LOCAL_RANK") : c.rank;
-    c.local_world_size =
-        get(env, "LOCAL_WORLD_SIZE") ? to_int(*get(env, "LOCAL_WORLD_SIZE"), "LOCAL_WORLD_SIZE") : c.world_size;
-    VOLT_CHECK(get(env, "MASTER_ADDR") && get(env, "MASTER_PORT"), DistributedError,
-               "RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; set both (torchrun does)");
-    c.master_addr = *get(env, "MASTER_ADDR");
-    c.port = static_cast<int>(to_int(*get(env, "MASTER_PORT"), "MASTER_PORT"));
-  } else if (get(env, "SLURM_PROCID") && get(env, "SLURM_NTASKS")) {
-    c.source = "slurm";
-    c.rank = to_int(*get(env, "SLURM_PROCID"), "SLURM_PROCID");
-    c.world_size = to_int(*get(env, "SLURM_NTASKS"), "SLURM_NTASKS");
-    c.local_rank = get(env, "SLURM_LOCALID") ? to_int(*get(env, "SLURM_LOCALID"), "SLURM_LOCALID") : 0;
-    c.local_world_size = get(env, "SLURM_NTASKS_PER_NODE")
-                             ? to_int(*get(env, "SLURM_NTASKS_PER_NODE"), "SLURM_NTASKS_PER_NODE")
-                             : c.world_size;
-    c.master_addr = get(env, "MASTER_ADDR")
-                        ? *get(env, "MASTER_ADDR")
-                        : detail::first_slurm_host(get(env, "SLURM_NODELIST").value_or("127.0.0.1"));
-    if (get(env, "MASTER_PORT")) {
-      c.port = static_cast<int>(to_int(*get(env, "MASTER_PORT"), "MASTER_PORT"));
-    } else {
-      // Lightning's rule: a port derived from the job id, so every task agrees without talking.
-      const int64_t job = get(env, "SLURM_JOB_ID") ? to_int(*get(env, "SLURM_JOB_ID"), "SLURM_JOB_ID") : 0;
-      c.port = static_cast<int>(10000 + job % 20000);
-    }
-  }
+  if (v.has("RANK") && v.has("WORLD_SIZE"))
+    read_torchrun(v, c);
+  else if (v.has("SLURM_PROCID") && v.has("SLURM_NTASKS"))
+    read_slurm(v, c);
+  else
+    read_self_launch(v, c);
   VOLT_CHECK(c.world_size >= 1 && c.rank >= 0 && c.rank < c.world_size, DistributedError, "rank ", c.rank,
              " is outside world size ", c.world_size, " (from ", c.source, " environment)");
+  VOLT_CHECK(c.port > 0 && c.port < 65536, DistributedError, "MASTER_PORT=", c.port,
+             " is not a TCP port (1-65535) (from ", c.source, " environment)");
+  if (c.source != "none") {
+    VOLT_CHECK(c.local_rank >= 0 && c.local_rank < c.local_world_size, DistributedError, "local rank ", c.local_rank,
+               " is outside the ", c.local_world_size, " ranks of its node (from ", c.source, " environment)");
+    VOLT_CHECK(c.num_nodes >= 1 && c.node_rank >= 0 && c.node_rank < c.num_nodes, DistributedError, "node rank ",
+               c.node_rank, " is outside the job's ", c.num_nodes, " node(s) (from ", c.source, " environment)");
+  }
   return c;
+}
+
+std::string ClusterEnv::describe_node(int64_t node) const {
+  const int64_t first = node * local_world_size;
+  const int64_t last = std::min(world_size, first + local_world_size) - 1;
+  return first == last ? detail::str_cat("rank ", first) : detail::str_cat("ranks ", first, "-", last);
 }
 
 namespace detail {
@@ -86,6 +149,16 @@ std::string first_slurm_host(const std::string& nodelist) {
   std::string range = first.substr(lb + 1, first.find(']') - lb - 1);
   range = range.substr(0, range.find(','));
   return prefix + range.substr(0, range.find('-'));
+}
+
+int64_t first_slurm_tasks_per_node(const std::string& spec) {
+  try {
+    size_t pos = 0;
+    const int64_t n = std::stoll(spec, &pos);
+    if (pos > 0 && n >= 1) return n;
+  } catch (...) {
+  }
+  throw DistributedError(detail::str_cat("SLURM tasks per node '", spec, "' is not of SLURM's form N or N(xK),..."));
 }
 
 int find_free_port() {

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -47,6 +48,31 @@ struct PeerWatchdog::State {
   int64_t last_beat = 0;
   Clock::time_point last_change = Clock::now();
   Clock::time_point last_tick = Clock::now();
+  std::vector<RankPlace> places;  // guarded by mu; empty until set_layout
+  std::string store_host;         // host:port of the store (rank 0's)
+
+  /// "on node 1, host h2 (10.231.0.2); " for rank r, or "" before the layout is known.
+  std::string place(int64_t r);
+  /// The ranks on `node` ("ranks 2, 3").
+  std::string ranks_on(int64_t node);
+  /// The failure for a silent `target`: the whole host when its node mates are silent too.
+  std::string describe_loss(int64_t target, double silent_s);
+  /// "h1 (10.231.0.1), node 0: ranks 0, 1" (the store's address before the layout is known).
+  std::string rank0_host() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (places.empty()) return store_host;
+    }
+    return detail::str_cat(places_host(0), ", node ", places_node(0), ": ", ranks_on(places_node(0)));
+  }
+  std::string places_host(size_t r) {
+    std::lock_guard<std::mutex> lock(mu);
+    return places[r].host;
+  }
+  int64_t places_node(size_t r) {
+    std::lock_guard<std::mutex> lock(mu);
+    return places[r].node;
+  }
 
   void fail(const std::string& what, bool post);
   /// Runs `f` (store requests) marked as under way, for the guard to time.
@@ -98,6 +124,7 @@ PeerWatchdog::PeerWatchdog(const std::string& host, int port, int64_t rank, int6
   so.waitWorkers = false;  // a second connection of this rank: not counted as a worker
   so.timeout = std::chrono::seconds(30);
   s.store = c10::make_intrusive<c10d::TCPStore>(host, so);
+  s.store_host = host + ":" + std::to_string(port);
   s.store->add(alive_key(rank), 1);  // alive from now on
   io_ = std::thread([st = state_] { st->io_loop(); });
   guard_ = std::thread([st = state_] { st->guard_loop(); });
@@ -135,7 +162,9 @@ bool PeerWatchdog::failed() const { return state_->failed.load(); }
 std::string PeerWatchdog::await_failure() const {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mu);
-  s.cv.wait_for(lock, s.opts.timeout + 2 * s.opts.interval, [&] { return !s.failure.empty() || s.stop; });
+  // A silent peer is judged up to an interval after its last beat was seen, plus the two intervals
+  // describe_loss waits on its node mates, plus the store requests.
+  s.cv.wait_for(lock, s.opts.timeout + 5 * s.opts.interval, [&] { return !s.failure.empty() || s.stop; });
   return s.failure;
 }
 
@@ -145,6 +174,56 @@ void PeerWatchdog::check(const std::string& what) const {
 }
 
 void PeerWatchdog::report(const std::string& what) { state_->fail(what, /*post=*/true); }
+
+void PeerWatchdog::set_layout(std::vector<RankPlace> places) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->places = std::move(places);
+}
+
+std::string PeerWatchdog::State::place(int64_t r) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (r < 0 || r >= static_cast<int64_t>(places.size())) return "";
+  return detail::str_cat("on node ", places[r].node, ", host ", places[r].host, "; ");
+}
+
+std::string PeerWatchdog::State::ranks_on(int64_t node) {
+  std::lock_guard<std::mutex> lock(mu);
+  std::string out;
+  int n = 0;
+  for (size_t r = 0; r < places.size(); ++r)
+    if (places[r].node == node) out += detail::str_cat(n++ ? ", " : "", r);
+  return (n == 1 ? "rank " : "ranks ") + out;
+}
+
+std::string PeerWatchdog::State::describe_loss(int64_t target, double silent_s) {
+  std::vector<int64_t> mates;
+  int64_t node = -1;
+  std::string host;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (target < static_cast<int64_t>(places.size())) {
+      node = places[target].node;
+      host = places[target].host;
+      for (size_t r = 0; r < places.size(); ++r)
+        if (places[r].node == node && static_cast<int64_t>(r) != target) mates.push_back(static_cast<int64_t>(r));
+    }
+  }
+  // Its node mates silent too: the host is lost, not one rank. Never the host this rank runs on.
+  bool all_silent = !mates.empty() && std::find(mates.begin(), mates.end(), rank) == mates.end();
+  if (all_silent) {
+    std::vector<int64_t> before;
+    for (int64_t m : mates) before.push_back(request([&] { return store->add(alive_key(m), 0); }));
+    std::this_thread::sleep_for(2 * opts.interval);
+    for (size_t i = 0; i < mates.size() && all_silent; ++i)
+      all_silent = request([&] { return store->add(alive_key(mates[i]), 0); }) == before[i];
+  }
+  if (all_silent)
+    return detail::str_cat("host ", host, " (node ", node, ": ", ranks_on(node), ") was lost: none of its ranks has ",
+                           "sent a heartbeat for ", silent_s, " s (the host died, or its link is down; seen by rank ",
+                           rank, ")");
+  return detail::str_cat("rank ", target, " stopped answering: no heartbeat for ", silent_s, " s (", place(target),
+                         "killed, crashed or stopped; seen by rank ", rank, ")");
+}
 
 void PeerWatchdog::State::fail(const std::string& what, bool post) {
   {
@@ -175,7 +254,8 @@ void PeerWatchdog::State::io_loop() {
     } catch (const std::exception& e) {
       if (rank != 0 && !rank0_left)
         fail(detail::str_cat("rank 0 stopped answering: rank ", rank,
-                             " lost its connection to the store rank 0 serves (", first_line(e.what()), ")"),
+                             " lost its connection to the store rank 0 serves at ", store_host, " (",
+                             first_line(e.what()), "; rank 0's host ", rank0_host(), ")"),
              /*post=*/false);
       break;  // nothing more to say or hear without the store
     }
@@ -197,8 +277,8 @@ void PeerWatchdog::State::guard_loop() {
         Clock::now() - request_since >= opts.timeout) {
       const double secs = seconds_since(request_since);
       lock.unlock();
-      fail(detail::str_cat("rank 0 stopped answering: the store it serves has not replied to rank ", rank, " for ",
-                           secs, " s (stopped, or its host unreachable)"),
+      fail(detail::str_cat("rank 0 stopped answering: the store it serves at ", store_host, " has not replied to rank ",
+                           rank, " for ", secs, " s (rank 0 stopped, or its host ", rank0_host(), " down or cut off)"),
            /*post=*/false);
       lock.lock();
     }
@@ -216,13 +296,15 @@ void PeerWatchdog::State::guard_loop() {
 
 void PeerWatchdog::State::tick() {
   request([&] { return store->add(alive_key(rank), 1); });
-  if (!failed && opts.peer_failure) {
-    const std::string f = opts.peer_failure();
-    if (!f.empty()) fail(f, /*post=*/true);
-  }
+  // A failure posted by a peer first: a child that exits after posting its cause (a lost host, say)
+  // is the consequence, not the cause.
   if (!failed && request([&] { return store->check({kAbortKey}); })) {
     const auto v = request([&] { return store->get(kAbortKey); });
     fail(std::string(v.begin(), v.end()), /*post=*/false);
+  }
+  if (!failed && opts.peer_failure) {
+    const std::string f = opts.peer_failure();
+    if (!f.empty()) fail(f, /*post=*/true);
   }
   if (rank != 0 && !rank0_left && request([&] { return store->add(left_key(0), 0); }) > 0) {
     rank0_left = true;  // from now on, losing the store is rank 0's clean end
@@ -250,9 +332,7 @@ void PeerWatchdog::State::watch_peer() {
     last_beat = -1;
     return;
   }
-  fail(detail::str_cat("rank ", target, " stopped answering: no heartbeat for ", seconds_since(last_change),
-                       " s (killed, crashed or stopped; seen by rank ", rank, ")"),
-       /*post=*/true);
+  fail(describe_loss(target, seconds_since(last_change)), /*post=*/true);
 }
 
 void PeerWatchdog::State::leave() {

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace volt {
 
@@ -56,6 +57,12 @@ struct LivenessOptions {
   static LivenessOptions from_env();
 };
 
+/// Where a rank runs, for messages that name hosts.
+struct RankPlace {
+  int64_t node = 0;
+  std::string host;  // "h2 (10.231.0.2)"
+};
+
 class PeerWatchdog {
   struct State;  // see [Note: two threads] below
 
@@ -72,12 +79,16 @@ class PeerWatchdog {
   /// Whether a failure is known (one atomic load: for every collective).
   bool failed() const;
   /// Waits until a failure is known, or for as long as the watchdog needs to judge a peer that falls
-  /// silent now (timeout plus two intervals); returns the failure ("" if none).
+  /// silent now (timeout plus five intervals); returns the failure ("" if none).
   std::string await_failure() const;
   /// Throws DistributedError with the known failure, if any, saying that `what` cannot proceed.
   void check(const std::string& what) const;
   /// Posts this rank's own failure for every peer (the first post wins) and records it here.
   void report(const std::string& what);
+  /// The job's layout (index: rank), known once the rendezvous is done: from then on a silent rank
+  /// is named with its node and host, and a node none of whose ranks answers is reported as a lost
+  /// host, with its ranks.
+  void set_layout(std::vector<RankPlace> places);
 
   /// While alive, the calling thread counts as blocked in `what` (a collective or a store wait).
   class Blocked {

@@ -2,12 +2,16 @@
 /// volt's process group: c10d's TCPStore rendezvous plus Gloo (CPU tensors) or NCCL (CUDA tensors),
 /// behind calls that hide Gloo's gaps (libtorch-facts.md):
 ///   - no AVG: SUM, then divide;
-///   - no flat all-gather: list all-gather into views of the flat output;
+///   - no flat all-gather: one all-to-all straight into the flat output;
 ///   - no reduce-scatter: all-to-all of the chunks, then a local sum — (N-1)/N of the data per
 ///     rank, the same traffic as a real reduce-scatter (allreduce + narrow would move twice that);
 ///   - no bf16/fp16 reduction: reduce in fp32; pure data movement (all-gather, all-to-all,
 ///     broadcast) sends bf16 bits as fp16 (same width, no arithmetic) so it stays half the bytes.
 /// Every failure becomes a DistributedError naming the collective, the rank and the cause.
+///
+/// The pieces live beside it: the rendezvous (rendezvous.h), backend construction and the network
+/// device (backend.h, network_interface.h), Gloo's missing collectives (gloo_collectives.h), pending
+/// work (collective_work.h), timing (comm_clock.h) and liveness (peer_watchdog.h).
 ///
 /// RAII: the constructor rendezvouses (all ranks must construct it), the destructor releases the
 /// backend. Thread-safety: collectives must be issued in the same order on every rank; one thread
@@ -18,10 +22,11 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "volt/distributed/cluster_env.h"
+#include "volt/distributed/collective_work.h"
+#include "volt/distributed/comm_clock.h"
 #include "volt/distributed/peer_watchdog.h"
 #include "volt/distributed/reduce_op.h"
 
@@ -41,47 +46,13 @@ struct ProcessGroupOptions {
   LivenessOptions liveness;
 };
 
-/// What a group's collectives cost this rank since the last reset (benchmarks read it to show the
-/// communication hidden behind computation).
-struct CommStats {
-  int64_t bytes_sent = 0;
-  /// Σ over collectives of launch → completion: overlapping collectives add up. Timed on Gloo
-  /// (completion is seen on its threads); on NCCL the host cannot see completion, so it is 0.
-  double busy_seconds = 0;
-  /// Time the issuing thread spent blocked on collectives (waits and synchronous calls).
-  double blocked_seconds = 0;
-  /// Communication that ran while the issuing thread did something else: busy - blocked (>= 0).
-  double hidden_seconds() const { return busy_seconds > blocked_seconds ? busy_seconds - blocked_seconds : 0.0; }
-};
-
-namespace detail {
-struct CommClock;  // a group's counters, shared with its pending work (thread-safe)
-}
-
-/// A pending collective. wait() rethrows failures as DistributedError; `finish` (if set) runs after.
-class CollectiveWork {
- public:
-  CollectiveWork() = default;
-  /// `clock` (optional) is charged with the collective's time: launch to completion, and the wait.
-  CollectiveWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> finish,
-                 std::shared_ptr<PeerWatchdog> watchdog = nullptr, std::shared_ptr<detail::CommClock> clock = nullptr);
-  void wait();
-  bool valid() const { return static_cast<bool>(work_) || static_cast<bool>(finish_); }
-
- private:
-  c10::intrusive_ptr<c10d::Work> work_;
-  std::string what_;
-  std::function<void()> finish_;
-  std::shared_ptr<PeerWatchdog> watchdog_;
-  std::shared_ptr<detail::CommClock> clock_;
-};
-
 class ProcessGroup {
  public:
-  /// The world group: rendezvous at env.master_addr:env.port.
+  /// The world group: rendezvous at env.master_addr:env.port, on the network device that reaches
+  /// it (or GLOO_SOCKET_IFNAME's).
   ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, const std::string& device_type = "cpu");
   /// A sub-group of `parent` containing `ranks` (global ranks, sorted); every member must call it
-  /// with the same ranks and tag. Non-members must not call it.
+  /// with the same ranks and tag. Non-members must not call it. It uses the world group's device.
   ProcessGroup(ProcessGroup& parent, const std::vector<int64_t>& ranks, const std::string& tag);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -90,6 +61,8 @@ class ProcessGroup {
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
   const std::string& backend() const { return backend_name_; }
+  /// The backend and the network device it uses: "gloo on eth0 (10.231.0.2), the route to ...".
+  std::string transport() const;
   /// This group's rank -> global rank.
   int64_t global_rank(int64_t group_rank) const { return ranks_.empty() ? group_rank : ranks_[group_rank]; }
 
@@ -122,11 +95,7 @@ class ProcessGroup {
   void reset_comm_stats();
 
  private:
-  /// Rank 0 of a store it serves: returns once every other rank has connected.
-  void wait_for_ranks(const std::function<std::string()>& peer_failure);
   [[noreturn]] void fail(const std::string& collective, const std::exception& e) const;
-  /// Gloo's all-gather: one all-to-all into `flat` (see its note).
-  CollectiveWork all_gather_gloo(torch::Tensor& flat, const torch::Tensor& shard);
   /// Throws DistributedError naming `collective` if a peer is known to have failed.
   void check_peers(const char* collective) const;
   /// check_peers, then the scope marks this thread blocked in `collective`.

@@ -5,6 +5,7 @@ usage: scripts/soak.py --trials N [--strategy fsdp|ddp] [--state_dict_type full|
                        [--volt build/volt] [--seed S] [--keep] [--json FILE] [--no-copy]
                        [--signals KILL,TERM,INT[,STOP]] [--ranks 0,1] [--moments startup,training,save,end]
                        [--max_steps 30] [--save_every 5] [--workdir DIR] [--data_dir DIR]
+                       [--hosts H [--ranks_per_host R]] [--max_restarts N] [--faults rank,host,agent,cut]
 
 The binary and its libvolt are copied to the work folder first (unless --no-copy), so that a
 rebuild during the soak cannot mix versions. Failed trials' folders are kept (run logs, checkpoints,
@@ -28,10 +29,26 @@ process, the others its children) SIGKILL, SIGTERM or SIGINT. It then checks tha
     ends with final weights and optimizer state bitwise equal to the reference run's.
 Prints a table by signal and by moment and exits 1 if any trial failed (77: nothing to run on).
 
+Across hosts (--hosts H > 1, root): H network namespaces vs<pid>-<i> (10.231.(200 + pid % 50).(i+1))
+joined by a bridge in vs<pid>-sw, as tests/distributed/host_net.h makes them, one `volt fit` per host
+in its namespace (--trainer.devices=R --trainer.num_nodes=H --node_rank=i --master_addr=<host 0>
+--master_port=P); the namespaces are removed however the soak ends (and a soak killed outright has
+its namespaces removed by the next). The reference is the same layout, uninterrupted. Each trial
+strikes once, at a moment aimed as above: a rank killed (SIGKILL by default, --signals), a host lost
+(every process in its namespace SIGKILLed), a host cut off (its eth0 set down; up again once the
+job has ended), or, with --max_restarts N (trainer.max_restarts, also on one host), a host's
+restart agent killed. Expected: with max_restarts, a killed rank is mended by the job itself (every
+agent exits 0, one restart logged naming the rank, the final weights equal the reference's, every
+process gone within 30 s of the job's end); any other fault, and every fault without
+max_restarts, ends every process of the job within 30 s, non-zero (the agents', under
+max_restarts), the output naming the dead rank or the host (its node, address or ranks); no
+process is left in any namespace; then the checkpoints and the resume as above.
+
 Needs Linux and Python 3 (standard library only). As root, exit codes of every rank are read from
 the kernel's process-event connector; otherwise the children's codes come from the launcher's log.
 """
 import argparse
+import atexit
 import collections
 import ctypes
 import errno
@@ -62,6 +79,11 @@ SIGNALS = [(signal.SIGKILL, 0.6), (signal.SIGTERM, 0.25), (signal.SIGINT, 0.15),
 PLANS = [("startup", 0.2), ("training", 0.35), ("save", 0.35), ("end", 0.1)]
 MOMENTS = ["before_rendezvous", "training", "during_save", "after_end"]
 RESUME_TIMEOUT_S = 240.0
+# Faults across hosts (--hosts H > 1, or --max_restarts): a rank killed, every process of a host
+# killed, a host's restart agent killed (only with --max_restarts), a host's link set down.
+FAULTS = [("rank", 0.4), ("host", 0.25), ("agent", 0.15), ("cut", 0.25)]
+HOSTNET = []  # the HostNet of this soak, if any: removed however the soak ends
+JOIN_MARGIN_S = 2.0  # a host struck no sooner than this after every host joined (4 heartbeats)
 
 
 def log(*a):
@@ -250,8 +272,18 @@ def status_ok_nonzero(st):
 class Run:
     """A `volt fit` in its own session (process group); output of every rank read line by line."""
 
-    def __init__(self, cmd, cwd, env, log_path, events, ckpt_dir, tag):
+    def __init__(self, cmd, cwd, env, log_path, events, ckpt_dir, tag, first_rank=0, local=None, agent=False, node=0,
+                 markers=None):
+        """One command's processes. On several hosts (a Job), one Run per host: its ranks are
+        `first_rank`.. `first_rank + local - 1`; its root is local rank 0 (the launcher), or the node's
+        restart agent (`agent`: every rank its child); `markers` (all in a command line) tell its
+        processes from other hosts' (default: the folder)."""
         self.tag = tag
+        self.first_rank = first_rank
+        self.local = WORLD if local is None else local
+        self.agent = agent
+        self.node = node
+        self.markers = [cwd] if markers is None else list(markers)
         self.cwd = cwd
         self.events = events
         self.ckpt_dir = ckpt_dir
@@ -262,7 +294,9 @@ class Run:
         self.p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_us)
         self.root = self.p.pid
-        self.known = {self.root: 0}  # pid -> rank (None: unknown)
+        events.forget([self.root])  # an earlier process's exit under this pid is not ours
+        # pid -> rank (None: unknown; "agentN": node N's restart agent)
+        self.known = {self.root: f"agent{node}" if agent else first_rank}
         self.exit_time = {}
         self.last_full_scan = 0.0
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -309,21 +343,31 @@ class Run:
         for pid, r in list(self.known.items()):
             if r is None and alive(pid):
                 self.known[pid] = proc_rank(pid)
-        if WORLD == 2:  # the only child is rank 1, even if it died before we read its environment
+        # The only child is rank 1 (on several hosts: the host's one rank the root launches), even if it
+        # died before we read its environment.
+        expected = range(self.first_rank + (0 if self.agent else 1), self.first_rank + self.local)
+        if len(expected) == 1:
             for pid, r in list(self.known.items()):
                 if r is None and pid != self.root:
-                    self.known[pid] = 1
+                    self.known[pid] = expected[0]
 
     def _scan_proc(self):
-        marker = self.cwd
+        markers = [m for m in self.markers if m]
         for pid in all_pids():
             if pid in self.known:
                 continue
             st = proc_stat(pid)
             if st is None:
                 continue
-            if st[2] == self.root or st[1] in self.known or (marker and marker in proc_text(pid, "cmdline")):
+            if st[2] == self.root or st[1] in self.known or (markers and all(self._marked(pid, m) for m in markers)):
                 self.known[pid] = None
+
+    @staticmethod
+    def _marked(pid, marker):
+        """`marker` in the process's command line, or for "environ:K=V", K=V in its environment."""
+        if marker.startswith("environ:"):
+            return f"\0{marker[8:]}\0" in "\0" + proc_text(pid, "environ")
+        return marker in proc_text(pid, "cmdline")
 
     def pid_of_rank(self, rank):
         self.scan()
@@ -336,6 +380,11 @@ class Run:
         reap()
         if self.root in REAPED and self.p.returncode is None:
             self.p.returncode = os.waitstatus_to_exitcode(REAPED[self.root])
+        elif self.p.returncode is None and self.events.ok and not alive(self.root) and proc_stat(self.root) is None:
+            st = self.events.status(self.root)  # reaped by someone else: the kernel still told us
+            if st is not None:
+                self.p.returncode = os.waitstatus_to_exitcode(st)
+                self.status_from_events = True
         self.scan()
         now = self.now()
         for pid in self.known:
@@ -412,6 +461,325 @@ class Run:
         self.reader.join(timeout=5)
         self.logf.close()
         self.events.forget(list(self.known))
+
+
+# ---------------------------------------------------------------------------------------------
+# Several hosts: network namespaces joined by a bridge, and a job made of one Run per host.
+
+NS_PREFIX = "vs"  # the C++ tests' HostNet uses "vh"
+
+
+def ip_command():
+    for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"):
+        if os.path.exists(p):
+            return p
+    return shutil.which("ip")
+
+
+def _ip(*args, check=True):
+    r = subprocess.run([ip_command(), *args], capture_output=True, text=True, timeout=60)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"'ip {' '.join(args)}' failed ({r.returncode}): {(r.stderr or r.stdout).strip()}")
+    return r.stdout
+
+
+def netns_pids(ns):
+    try:
+        return [int(x) for x in _ip("netns", "pids", ns, check=False).split() if x.isdigit()]
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+
+
+def netns_kill_all(ns):
+    """SIGKILL to every process in namespace `ns`, again until none is left (a fork may race the
+    first pass); the pids of the first pass."""
+    first = None
+    for _ in range(20):
+        pids = [p for p in netns_pids(ns) if p != os.getpid()]
+        if first is None:
+            first = pids
+        if not pids:
+            break
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    return first or []
+
+
+def hosts_unavailable():
+    """None when namespaces can be made here; else why not."""
+    if os.geteuid() != 0:
+        return "several hosts need root (network namespaces)"
+    if not ip_command():
+        return "several hosts need the ip command (iproute2)"
+    probe = f"{NS_PREFIX}{os.getpid()}-probe"
+    try:
+        _ip("netns", "add", probe)
+        _ip("netns", "del", probe, check=False)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
+        return f"network namespaces are refused here: {e}"
+    return None
+
+
+def sweep_stale_namespaces():
+    """Removes the namespaces of soaks that are gone (one killed with SIGKILL cannot clean up)."""
+    try:
+        listing = _ip("netns", "list", check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    removed = []
+    for line in listing.splitlines():
+        m = re.match(rf"^({NS_PREFIX}(\d+)-\S+)", line)
+        if not m:
+            continue
+        owner = int(m.group(2))
+        if owner != os.getpid() and alive(owner) and "soak" in proc_text(owner, "cmdline"):
+            continue  # another soak's, still running
+        netns_kill_all(m.group(1))
+        _ip("netns", "del", m.group(1), check=False)
+        removed.append(m.group(1))
+    return removed
+
+
+class HostNet:
+    """`hosts` hosts on this machine, as tests/distributed/host_net.h makes them: network namespaces
+    vs<pid>-<i>, each with eth0 at 10.231.(200 + pid % 50).(i+1)/24, joined by a bridge in namespace
+    vs<pid>-sw (a subnet apart from the C++ tests' 10.231.(pid % 250).x; traffic stays inside these
+    namespaces). remove() (idempotent) kills every process in them and deletes them; main() calls it
+    however the soak ends (finally, atexit, SIGTERM/SIGINT/SIGHUP), and the next soak removes those
+    of a soak that was killed outright."""
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+        self.prefix = f"{NS_PREFIX}{os.getpid()}"
+        self.subnet = 200 + os.getpid() % 50
+        self.removed = False
+        stale = sweep_stale_namespaces()
+        if stale:
+            log(f"removed stale namespaces of soaks that are gone: {' '.join(stale)}")
+        sw = self.prefix + "-sw"
+        try:
+            _ip("netns", "add", sw)
+            _ip("-n", sw, "link", "add", "br0", "type", "bridge")
+            _ip("-n", sw, "link", "set", "br0", "up")
+            for i in range(hosts):
+                ns, a, b = self.name(i), f"{self.prefix}a{i}", f"{self.prefix}b{i}"
+                _ip("netns", "add", ns)
+                _ip("link", "add", a, "type", "veth", "peer", "name", b)
+                _ip("link", "set", a, "netns", ns)
+                _ip("link", "set", b, "netns", sw)
+                _ip("-n", ns, "link", "set", a, "name", "eth0")
+                _ip("-n", ns, "addr", "add", self.address(i) + "/24", "dev", "eth0")
+                _ip("-n", ns, "link", "set", "eth0", "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+                _ip("-n", sw, "link", "set", b, "master", "br0")
+                _ip("-n", sw, "link", "set", b, "up")
+        except BaseException:
+            self.remove()
+            raise
+
+    def name(self, i):
+        return f"{self.prefix}-{i}"
+
+    def address(self, i):
+        return f"10.231.{self.subnet}.{i + 1}"
+
+    def wrap(self, i, argv):
+        return [ip_command(), "netns", "exec", self.name(i), *argv]
+
+    def pids(self, i):
+        return netns_pids(self.name(i))
+
+    def kill_host(self, i):
+        """A host lost: SIGKILL to every process in it; the pids killed."""
+        return netns_kill_all(self.name(i))
+
+    def set_link(self, i, up):
+        """Host i's link down (cut off: a network partition) or up again."""
+        _ip("-n", self.name(i), "link", "set", "eth0", "up" if up else "down")
+
+    def remove(self):
+        if self.removed:
+            return
+        self.removed = True
+        for i in range(self.hosts):
+            netns_kill_all(self.name(i))
+            _ip("netns", "del", self.name(i), check=False)
+        _ip("netns", "del", self.prefix + "-sw", check=False)
+
+
+def connections_to(pid, addr, port):
+    """Established TCP connections to addr:port in the network namespace of process `pid`."""
+    a = [int(x) for x in addr.split(".")]
+    want = "%02X%02X%02X%02X:%04X" % (a[3], a[2], a[1], a[0], port)  # as /proc/net/tcp{,6} print it
+    n = 0
+    for table in ("tcp", "tcp6"):
+        for line in proc_text(pid, f"net/{table}").splitlines()[1:]:
+            f = line.split()
+            if len(f) > 3 and f[3] == "01" and f[2].endswith(want):
+                n += 1
+    return n
+
+
+class _JobCode:
+    """A job's returncode: None while a host's command runs, else the first non-zero one, else 0."""
+
+    def __init__(self, job):
+        self.job = job
+
+    @property
+    def returncode(self):
+        codes = [r.p.returncode for r in self.job.runs]
+        if any(c is None for c in codes):
+            return None
+        return next((c for c in codes if c != 0), 0)
+
+
+class Job:
+    """One job as several commands, one per host (each in its namespace), or one under a restart agent:
+    a Run per command, seen as one Run (the same methods; times since the first command's start)."""
+
+    def __init__(self, runs, ckpt_dir, hostnet, master=None):
+        self.runs = runs
+        self.ckpt_dir = ckpt_dir
+        self.hostnet = hostnet
+        self.master = master  # (address, port) across hosts
+        self.join_time = None if master else 0.0  # when every host had reached node 0's store
+        self._join_checked = 0.0
+        self.t0 = runs[0].t0
+        self.p = _JobCode(self)
+        self.events = runs[0].events
+        RUNS.append(self)
+
+    def now(self):
+        return time.monotonic() - self.t0
+
+    @property
+    def known(self):
+        out = {}
+        for r in self.runs:
+            out.update(r.known)
+        return out
+
+    @property
+    def exit_time(self):
+        out = {}
+        for r in self.runs:
+            for pid, t in r.exit_time.items():
+                out[pid] = t + (r.t0 - self.t0)
+        return out
+
+    def roots(self):
+        """{label: pid} of the commands the soak started: node N's agent, or local rank 0 of each host."""
+        return {r.known.get(r.root, r.root): r.root for r in self.runs}
+
+    def output(self, since=0.0):
+        lines = []
+        for h, r in enumerate(self.runs):
+            off = r.t0 - self.t0
+            with r.lock:
+                lines += [(t + off, f"h{h}| {l}" if len(self.runs) > 1 else l) for t, l in r.lines if t + off >= since]
+        return [l for _, l in sorted(lines, key=lambda x: x[0])]
+
+    def seen(self, pattern):
+        return sum(r.seen(pattern) for r in self.runs)
+
+    def rendezvous_done(self):
+        return self.seen("Initialized process group") >= WORLD
+
+    def fit_done(self):
+        return self.seen("fit done") > 0
+
+    def scan(self, full=False):
+        for r in self.runs:
+            r.scan(full)
+
+    def pid_of_rank(self, rank):
+        for r in self.runs:
+            pid = r.pid_of_rank(rank)
+            if pid is not None:
+                return pid
+        return None
+
+    def update(self):
+        for r in self.runs:
+            r.update()
+        if self.join_time is None and time.monotonic() - self._join_checked >= 0.05:
+            self._join_checked = time.monotonic()
+            if self.joined():
+                self.join_time = self.now()
+
+    def joined(self):
+        """Every host has reached the store node 0 serves at master: each host's agent, or each of its
+        ranks (rank 0 serves it), holds a connection to it. A host that has not joined cannot be told
+        from a late one: the others wait for it up to the rendezvous timeout."""
+        addr, port = self.master
+        for h, r in enumerate(self.runs):
+            need = (0 if h == 0 else 1) if r.agent else (r.local - 1 if h == 0 else r.local)
+            if need and (not alive(r.root) or connections_to(r.root, addr, port) < need):
+                return False
+        return True
+
+    def alive_pids(self, exclude=()):
+        return [p for r in self.runs for p in r.alive_pids(exclude)]
+
+    def all_exited(self, exclude=()):
+        self.update()
+        if self.alive_pids(exclude):
+            return False
+        self.scan(full=True)
+        self.update()
+        return not self.alive_pids(exclude)
+
+    def wait(self, deadline_s, exclude=()):
+        while self.now() < deadline_s:
+            if self.all_exited(exclude):
+                return True
+            time.sleep(0.02)
+        return self.all_exited(exclude)
+
+    def statuses(self):
+        out = {}
+        for r in self.runs:
+            for k, v in r.statuses().items():
+                out.setdefault(k, v)
+        return out
+
+    def ns_pids(self):
+        """(host, pid) of every process still in the job's namespaces."""
+        if not self.hostnet:
+            return []
+        return [(h, p) for h in range(len(self.runs)) for p in self.hostnet.pids(h) if p != os.getpid()]
+
+    def kill_all(self):
+        for r in self.runs:
+            r.kill_all()
+        for h, _ in self.ns_pids():
+            self.hostnet.kill_host(h)
+
+    def leftovers(self):
+        """Processes of the job still alive, and any process left in its hosts' namespaces (killed once
+        listed)."""
+        left = []
+        for r in self.runs:
+            left += r.leftovers()
+        seen = {x["pid"] for x in left}
+        known = self.known
+        for h, pid in self.ns_pids():
+            if pid not in seen and alive(pid):
+                left.append({"pid": pid, "rank": known.get(pid), "host": h,
+                             "cmd": proc_text(pid, "cmdline").replace("\0", " ")[:200]})
+        if left and self.hostnet:
+            for h in range(len(self.runs)):
+                self.hostnet.kill_host(h)
+        return left
+
+    def close(self):
+        for r in self.runs:
+            r.close()
 
 
 def ckpt_listing(d):
@@ -586,6 +954,10 @@ class Soak:
                 ":" + self.env["LD_LIBRARY_PATH"] if self.env.get("LD_LIBRARY_PATH") else "")
         self.refs = {}
         self.gdb = shutil.which("gdb")
+        # Several hosts (--hosts), or one under a restart agent (--max_restarts): each run is a Job.
+        self.multi = args.hosts > 1 or args.max_restarts > 0
+        self.hostnet = HOSTNET[0] if HOSTNET else None
+        self.port = 20000 + random.SystemRandom().randrange(20000)  # not from the seed: trials stay reproducible
 
     # -- binary -------------------------------------------------------------------------------
     def fingerprint(self):
@@ -651,7 +1023,7 @@ class Soak:
         with open(path, "w") as f:
             f.write(f"""# Generated by scripts/soak.py: configs/tiny.yaml on {WORLD} ranks, a checkpoint every epoch.
 trainer:
-  devices: {WORLD}
+  devices: {self.args.ranks_per_host if self.multi else WORLD}
   strategy: {strategy}
   max_steps: {self.args.max_steps}
   limit_train_batches: {self.args.save_every}
@@ -671,10 +1043,44 @@ data:
         return [self.volt, "fit", "--config", os.path.join(REPO, "configs", "tiny.yaml"), "--config",
                 self.config(fmt), f"--trainer.default_root_dir={folder}", *extra]
 
+    def host_command(self, fmt, folder, host, port, extra=()):
+        """Host `host`'s command of a job (in its namespace), with the launch flags and max_restarts."""
+        a = self.args
+        flags = [f"--trainer.devices={a.ranks_per_host}"]
+        if a.hosts > 1 and a.launch == "env":
+            flags += [f"--trainer.num_nodes={a.hosts}"]
+        elif a.hosts > 1:
+            flags += [f"--trainer.num_nodes={a.hosts}", f"--node_rank={host}",
+                      f"--master_addr={self.hostnet.address(0)}", f"--master_port={port}"]
+        if a.max_restarts > 0:
+            flags.append(f"--trainer.max_restarts={a.max_restarts}")
+        cmd = self.command(fmt, folder, [*flags, *extra])
+        return self.hostnet.wrap(host, cmd) if self.hostnet else cmd
+
     def start(self, fmt, folder, log_name, extra=()):
         os.makedirs(folder, exist_ok=True)
-        return Run(self.command(fmt, folder, extra), folder, self.env, os.path.join(folder, log_name), self.events,
-                   os.path.join(folder, "checkpoints"), log_name)
+        if not self.multi:
+            return Run(self.command(fmt, folder, extra), folder, self.env, os.path.join(folder, log_name),
+                       self.events, os.path.join(folder, "checkpoints"), log_name)
+        a = self.args
+        self.port += 1  # a fresh port per job: no socket of the last one in the way
+        base, ext = os.path.splitext(log_name)
+        runs = []
+        for h in range(a.hosts):
+            env = self.env
+            markers = [folder]
+            if a.hosts > 1 and a.launch == "env":  # the variables the launch flags would set
+                env = dict(self.env, NODE_RANK=str(h), MASTER_ADDR=self.hostnet.address(0), MASTER_PORT=str(self.port))
+                markers.append(f"environ:NODE_RANK={h}")
+            elif a.hosts > 1:
+                markers.append(f"\0--node_rank={h}\0")
+            runs.append(Run(self.host_command(fmt, folder, h, self.port, extra), folder, env,
+                            os.path.join(folder, f"{base}.h{h}{ext}" if a.hosts > 1 else log_name), self.events,
+                            os.path.join(folder, "checkpoints"), f"{log_name} host {h}",
+                            first_rank=h * a.ranks_per_host, local=a.ranks_per_host, agent=a.max_restarts > 0,
+                            node=h, markers=markers))
+        return Job(runs, os.path.join(folder, "checkpoints"), self.hostnet,
+                   (self.hostnet.address(0), self.port) if a.hosts > 1 else None)
 
     # -- checkpoints --------------------------------------------------------------------------
     def load_check(self, path, scratch):
@@ -758,13 +1164,9 @@ data:
             f"{len(digest['state_dict'])} weights; self-check: a flipped bit in '{name}' is detected")
         return {"folder": folder, "timeline": timeline, "digest": digest}
 
-    # -- one trial ----------------------------------------------------------------------------
-    def trial(self, i):
-        fmt = self.formats()[i % len(self.formats())]
-        ref = self.refs[fmt]
-        tl = ref["timeline"]
-        sig = pick(self.rng, [(v, w) for v, w in SIGNALS if v.name[3:] in self.args.signals])
-        rank = self.rng.choice(self.args.ranks)
+    # -- aiming a fault -----------------------------------------------------------------------
+    def aim(self, tl):
+        """(plan, delay, save_offset): when to strike, from the reference's timeline `tl`."""
         plan = pick(self.rng, [(v, w) for v, w in PLANS if v in self.args.moments])
         rdv = tl["rendezvous"] or 1.0
         done = tl["fit_done"] or tl["exit"]
@@ -778,15 +1180,10 @@ data:
             delay = self.rng.uniform(max(rdv, done - 0.3), tl["exit"] + 0.5)
         save_offset = self.rng.uniform(0, 0.8) * (
             sum(b - a for a, b in tl["saves"]) / len(tl["saves"]) if tl["saves"] else 0.01)
-        rec = {"trial": i, "format": fmt, "strategy": self.args.strategy, "signal": sig.name, "rank": rank,
-               "plan": plan, "failures": []}
-        folder = os.path.join(self.work, f"trial-{i:03d}")
-        shutil.rmtree(folder, ignore_errors=True)
-        run = self.start(fmt, folder, "attempt-0.log")
-        ckdir = run.ckpt_dir
+        return plan, delay, save_offset
 
-        # Wait for the moment.
-        saves_seen, in_save, target = 0, False, None
+    def wait_for_moment(self, run, plan, delay, save_offset, tl, ckdir):
+        saves_seen, in_save = 0, False
         while True:
             run.update()
             t = run.now()
@@ -805,6 +1202,23 @@ data:
             elif t >= delay:
                 break
             time.sleep(0.001 if plan in ("save", "startup") else 0.005)
+
+    # -- one trial ----------------------------------------------------------------------------
+    def trial(self, i):
+        fmt = self.formats()[i % len(self.formats())]
+        ref = self.refs[fmt]
+        tl = ref["timeline"]
+        sig = pick(self.rng, [(v, w) for v, w in SIGNALS if v.name[3:] in self.args.signals])
+        rank = self.rng.choice(self.args.ranks)
+        plan, delay, save_offset = self.aim(tl)
+        rec = {"trial": i, "format": fmt, "strategy": self.args.strategy, "signal": sig.name, "rank": rank,
+               "plan": plan, "failures": []}
+        folder = os.path.join(self.work, f"trial-{i:03d}")
+        shutil.rmtree(folder, ignore_errors=True)
+        run = self.start(fmt, folder, "attempt-0.log")
+        ckdir = run.ckpt_dir
+        self.wait_for_moment(run, plan, delay, save_offset, tl, ckdir)
+        target = None
         # A rank that is not started yet is waited for (the earliest possible kill).
         spawn_wait_end = time.monotonic() + 10
         while True:
@@ -892,6 +1306,14 @@ data:
             rec["failures"].append(f"{len(left)} process(es) left")
         run.close()
 
+        completed = exited and fault is False and all(
+            st is not None and os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0 for _, st in statuses.values())
+        return self.check_and_resume(rec, fmt, folder, ckdir, before, completed, ref)
+
+    def check_and_resume(self, rec, fmt, folder, ckdir, before, completed, ref):
+        """After a fault: every checkpoint on disk loads, none that existed at the fault (`before`) is
+        lost; then resumes (unless `completed`) until the run completes, and compares the final weights
+        with the reference's. Fills and returns `rec`."""
         # Every checkpoint on disk must load; none that existed at the kill may be lost.
         scratch = os.path.join(folder, "scratch")
         os.makedirs(scratch, exist_ok=True)
@@ -920,8 +1342,6 @@ data:
 
         # Resume until the run completes; then the weights must equal the reference's.
         rec["resumes"] = []
-        completed = exited and fault is False and all(
-            st is not None and os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0 for _, st in statuses.values())
         for attempt in range(1, 5):
             if completed:
                 break
@@ -945,6 +1365,10 @@ data:
                     rec["failures"].append(f"leftovers not removed by the next run: {rec['temp_leftovers']}")
             if r.p.returncode != 0:
                 info["tail"] = out[-5:]
+            if r.p.returncode is None or any(getattr(x, "status_from_events", False) for x in getattr(r, "runs", [r])):
+                info["root_status"] = [{"pid": x.root, "returncode": x.p.returncode, "reaped": REAPED.get(x.root),
+                                        "event": x.events.status(x.root), "state": proc_stat(x.root)}
+                                       for x in getattr(r, "runs", [r])]
             rec["resumes"].append(info)
             completed = ok_exit and r.p.returncode == 0
             if not ok_exit:
@@ -975,6 +1399,212 @@ data:
                 for d in ("checkpoints", "scratch"):
                     shutil.rmtree(os.path.join(folder, d), ignore_errors=True)
         return rec
+
+    def host_trial(self, i):
+        """One fault in a job across hosts (or under a restart agent): a rank killed (a signal of
+        --signals), a host lost (every process in its namespace SIGKILLed), a host's restart agent
+        killed, or a host cut off (its link set down). With --max_restarts, a rank killed must end in
+        the job finishing by itself (every agent exits 0, one restart logged naming the rank); any
+        other fault, or any fault without it, must end every process of the job, non-zero, within
+        HANG_S (30 s for SIGKILL and a host), the output naming the dead rank or host. Then the
+        checkpoints and the resume, as trial()."""
+        a = self.args
+        fmt = self.formats()[i % len(self.formats())]
+        ref = self.refs[fmt]
+        tl = ref["timeline"]
+        kind = pick(self.rng, [(k, w) for k, w in FAULTS if k in a.faults])
+        if kind == "rank":
+            sig = pick(self.rng, [(v, w) for v, w in SIGNALS if v.name[3:] in a.signals])
+            rank = self.rng.choice(a.ranks)
+            host = rank // a.ranks_per_host
+        else:
+            sig = None if kind == "cut" else signal.SIGKILL
+            rank = None
+            host = self.rng.randrange(a.hosts)
+        plan, delay, save_offset = self.aim(tl)
+        what = f"rank {rank}" if kind == "rank" else f"host {host}" if kind in ("host", "cut") else f"agent {host}"
+        rec = {"trial": i, "format": fmt, "strategy": a.strategy, "fault_kind": kind, "what": what,
+               "signal": sig.name if sig else "-", "rank": rank, "host": host, "plan": plan,
+               "max_restarts": a.max_restarts, "failures": []}
+        folder = os.path.join(self.work, f"trial-{i:03d}")
+        shutil.rmtree(folder, ignore_errors=True)
+        job = self.start(fmt, folder, "attempt-0.log")
+        ckdir = job.ckpt_dir
+        self.wait_for_moment(job, plan, delay, save_offset, tl, ckdir)
+        target = None
+        if kind == "rank":  # a rank not started yet is waited for (the earliest possible kill)
+            spawn_wait_end = time.monotonic() + 10
+            while True:
+                target = job.pid_of_rank(rank)
+                if target is not None or time.monotonic() > spawn_wait_end or job.all_exited():
+                    break
+                time.sleep(0.001)
+        elif kind == "agent":
+            target = job.runs[host].root
+        # Only a host that has joined can be missed: strike once every host has reached node 0's store
+        # and beaten a few times (the watchdogs declare dead a peer that beat, then stopped).
+        join_wait_end, t_aimed = time.monotonic() + 30, job.now()
+        while True:
+            job.update()
+            if job.master is None or (job.join_time is not None and job.now() - job.join_time >= JOIN_MARGIN_S):
+                break
+            if time.monotonic() > join_wait_end or job.all_exited():
+                rec["not_joined"] = job.join_time is None
+                break
+            time.sleep(0.005)
+        rec["join_wait_s"] = round(job.now() - t_aimed, 3)
+        if kind == "rank" and (target is None or not alive(target)):
+            target = job.pid_of_rank(rank)
+        before = ckpt_listing(ckdir)
+        rdv_done, fit_done = job.rendezvous_done(), job.fit_done()
+        job.update()
+        others = [p for p in job.alive_pids() if p != target and (kind == "rank" or p not in job.runs[host].known)]
+        before_exec = (kind == "rank" and target is not None and target not in job.roots().values()
+                       and proc_rank(target) is None and alive(target))
+        t_kill = job.now()
+        delivered = False
+        cut = False
+        try:
+            if kind in ("rank", "agent"):
+                if target is not None and alive(target):
+                    try:
+                        os.kill(target, sig)
+                        delivered = True
+                    except ProcessLookupError:
+                        pass
+            elif kind == "host":
+                killed = set(self.hostnet.kill_host(host))
+                for p in job.runs[host].alive_pids():  # one not in the namespace yet, if any
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                        killed.add(p)
+                    except OSError:
+                        pass
+                delivered = bool(killed)
+            elif kind == "cut":
+                if job.alive_pids():
+                    self.hostnet.set_link(host, False)
+                    delivered = cut = True
+            after = ckpt_listing(ckdir)
+            if not delivered or fit_done:
+                moment = "after_end"
+            elif any(is_temp(n) for n in before + after):
+                moment = "during_save"
+            elif not rdv_done:
+                moment = "before_rendezvous"
+            else:
+                moment = "training"
+            last_step_saving = any(f"step={a.max_steps}." in n for n in before + after)
+            fault = moment != "after_end" and not (sig in (signal.SIGTERM, signal.SIGINT) and last_step_saving)
+            # With restarts, a killed rank is mended by the agents: the job must finish by itself.
+            self_heal = a.max_restarts > 0 and kind == "rank"
+            rec.update({"moment": moment, "t_kill_s": round(t_kill, 3), "pid": target, "delivered": delivered,
+                        "fault": fault, "self_heal": self_heal, "ckpts_at_kill": before,
+                        "before_exec": before_exec})
+            if moment != "after_end" and not fault:
+                rec["note"] = f"{sig.name} during the last step's save: the run may complete (exit 0)"
+
+            limit = RESUME_TIMEOUT_S if self_heal else HANG_S[sig or signal.SIGKILL]
+            exited = job.wait(t_kill + limit)
+            for r in job.runs:
+                r.reader.join(timeout=5)  # the last lines written before the exits
+        finally:
+            if cut:
+                self.hostnet.set_link(host, True)
+        rec["hang"] = not exited
+        roots = job.roots()
+        exit_time = job.exit_time
+        if exited:
+            last = max([exit_time.get(p, t_kill) for p in job.known] + [t_kill])
+            if self_heal:
+                # The job restarts and trains on: what must be quick is the end, once the agents exit.
+                end = min(exit_time.get(p, last) for p in roots.values())
+                rec["job_end_s"] = round(end - t_kill, 3)
+                rec["time_to_exit_s"] = round(max(0.0, last - end), 3)
+                if last - end > HANG_S[signal.SIGKILL]:
+                    rec["failures"].append(f"processes outlived the job's end by {last - end:.1f} s")
+            else:
+                rec["time_to_exit_s"] = round(last - t_kill, 3)
+        else:
+            rec["time_to_exit_s"] = None
+            rec["hang_limit_s"] = limit
+            rec["hung"] = self.diagnose(job, folder)
+            what_end = "the job's end" if self_heal else "the fault"
+            rec["failures"].append(f"hang: {len(rec['hung'])} process(es) alive {limit:.0f} s after {what_end}")
+            job.kill_all()
+        statuses = job.statuses()
+        rec["exit"] = {str(r): describe_status(st) for r, (pid, st) in sorted(statuses.items(), key=str)}
+        root_st = {label: statuses.get(label, (pid, None))[1] for label, pid in roots.items()}
+
+        def zero(st):
+            return st is not None and os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0
+
+        if exited and self_heal:
+            # Every agent exits 0: the job finished by itself, whenever the kill came.
+            bad = sorted(str(k) for k, st in root_st.items() if not zero(st))
+            rec["nonzero_ok"] = not bad
+            if bad:
+                rec["failures"].append(f"the job did not finish by itself after {what} was killed "
+                                       f"(max_restarts={a.max_restarts}): "
+                                       + ", ".join(f"{k} {describe_status(root_st[k])}" for k in bad))
+            restarts = sorted({int(m.group(1)) for l in job.output(t_kill)
+                               for m in [re.search(r"\brestart (\d+) of \d+:", l)] if m})
+            rec["restarts"] = restarts
+            if fault and not restarts:
+                rec["failures"].append("no restart was logged")
+            if len(restarts) > 1:
+                rec["failures"].append(f"{len(restarts)} restarts for one fault: {restarts}")
+        elif exited and fault:
+            # Without agents every process exits non-zero; with them, the job is what the agents say
+            # (the ranks they stop with SIGTERM may exit either way).
+            judged = statuses if a.max_restarts == 0 else {k: (roots[k], st) for k, st in root_st.items()}
+            bad = [r for r, (pid, st) in judged.items() if not status_ok_nonzero(st)]
+            unknown = [r for r, (pid, st) in judged.items() if st is None]
+            rec["nonzero_ok"] = not bad
+            rec["exit_unknown"] = [str(r) for r in unknown]
+            if set(bad) - set(unknown):
+                zeros = sorted(map(str, set(bad) - set(unknown)))
+                rec["failures"].append(f"exit code 0 after the fault: {zeros}")
+        rec["survivors_at_kill"] = len(others)
+        if fault and others:
+            out = job.output(t_kill)
+            if kind == "rank":
+                restart_lines = [l for l in out if re.search(r"\brestart \d+ of \d+:", l)]
+                named = [l for l in restart_lines if re.search(rf"\brank {rank}\b", l)]
+                rec["message"] = named[0].strip()[:300] if named else self.names_rank(out, rank, sig)
+            else:
+                rec["message"] = self.names_host(out, host)
+            rec["message_ok"] = rec["message"] is not None
+            if not rec["message_ok"] and exited:
+                rec["failures"].append(f"no message names the dead {'rank' if kind == 'rank' else 'host'}")
+        rec["output_tail"] = job.output(t_kill)[-12:]
+        left = job.leftovers()
+        rec["leftover_procs"] = left
+        if left:
+            rec["failures"].append(f"{len(left)} process(es) left")
+        job.close()
+        if self_heal:
+            completed = exited and all(zero(st) for st in root_st.values())
+        else:
+            completed = exited and fault is False and all(zero(st) for _, st in statuses.values())
+        return self.check_and_resume(rec, fmt, folder, ckdir, before, completed, ref)
+
+    def names_host(self, lines, host):
+        """The first output line that names the lost or cut-off host: its node, its address or one of
+        its ranks (startup lines and a rank's own log prefix name nobody)."""
+        r = self.args.ranks_per_host
+        pats = [rf"\bnode {host}\b", *[rf"\brank {k}\b" for k in range(host * r, host * r + r)],
+                rf"\branks [\d, ]*\b{host * r}\b"]
+        if self.hostnet:
+            pats.append(re.escape(self.hostnet.address(host)) + r"(?![\d])")
+        pat = re.compile("|".join(pats), re.IGNORECASE)
+        for l in lines:
+            if any(s in l for s in ("Initialized process group", "Launched", "rank(s) here", "gloo on ")):
+                continue
+            stripped = re.sub(r"\[rank \d+\]", "", l)
+            if pat.search(stripped):
+                return l.strip()[:300]
+        return None
 
     def names_rank(self, lines, rank, sig):
         """The first output line that names the dead rank or the signal (not a rank's own log prefix)."""
@@ -1044,19 +1674,25 @@ def shorten(f):
     return f.split("(")[0].replace("operator<call>", "operator()")[:100]
 
 
-def table(records, strategy):
+def table(records, strategy, layout=None):
     rows = [("all", records)]
+    for k, _ in FAULTS:
+        rows.append((f"{k} fault", [r for r in records if r.get("fault_kind") == k]))
     for s in ("SIGKILL", "SIGTERM", "SIGINT", "SIGSTOP"):
         rows.append((s, [r for r in records if r["signal"] == s]))
     for m in MOMENTS:
         rows.append((m, [r for r in records if r["moment"] == m]))
-    head = ["", "trials", "hangs", "non-zero exits", "names rank/signal", "lost/corrupt ckpts", "weights equal",
+    multi = any("fault_kind" in r for r in records)
+    # Across hosts: "exits as expected" is 0 from every agent for a rank killed under max_restarts,
+    # non-zero otherwise; "max t-exit s" is from the fault, or from the job's end when it restarted.
+    head = ["", "trials", "hangs", "exits as expected" if multi else "non-zero exits",
+            "names rank/host" if multi else "names rank/signal", "lost/corrupt ckpts", "weights equal",
             "leftover procs", "max t-exit s", "ok"]
     lines = [head]
     for name, rs in rows:
         if not rs:
             continue
-        faults = [r for r in rs if r["fault"] and not r["hang"]]
+        faults = [r for r in rs if (r["fault"] or r.get("self_heal")) and not r["hang"] and "nonzero_ok" in r]
         times = [r["time_to_exit_s"] for r in rs if r["time_to_exit_s"] is not None]
         lines.append([
             name, str(len(rs)), str(sum(r["hang"] for r in rs)),
@@ -1069,7 +1705,7 @@ def table(records, strategy):
             f"{sum(1 for r in rs if r['ok'])}/{len(rs)}",
         ])
     widths = [max(len(l[c]) for l in lines) for c in range(len(head))]
-    out = [f"soak: strategy {strategy}"]
+    out = [f"soak: strategy {strategy}" + (f", {layout}" if layout else "")]
     for k, l in enumerate(lines):
         out.append("  ".join(v.ljust(widths[c]) if c == 0 else v.rjust(widths[c]) for c, v in enumerate(l)))
         if k == 0:
@@ -1095,17 +1731,45 @@ def main():
     ap.add_argument("--save_every", type=int, default=5, help="steps per epoch, and so between checkpoints")
     ap.add_argument("--data_dir", default=None,
                     help="WikiText-2 folder (default: configs/tiny.yaml's, from the repository)")
-    ap.add_argument("--signals", default="KILL,TERM,INT", help="signals to send (default: KILL,TERM,INT)")
-    ap.add_argument("--ranks", default=",".join(map(str, range(WORLD))), help="ranks to kill (default: all)")
+    ap.add_argument("--signals", default=None,
+                    help="signals to send to a rank (default: KILL,TERM,INT; across hosts KILL)")
+    ap.add_argument("--ranks", default=None, help="ranks to kill (default: all)")
     ap.add_argument("--moments", default=",".join(p for p, _ in PLANS),
                     help="when to aim the signal: startup,training,save,end (default: all)")
+    ap.add_argument("--hosts", type=int, default=1,
+                    help="hosts, as network namespaces joined by a bridge (root; default 1: no namespaces)")
+    ap.add_argument("--ranks_per_host", "--ranks-per-host", type=int, default=None,
+                    help="ranks per host (trainer.devices; default 1 across hosts, else 2)")
+    ap.add_argument("--max_restarts", "--max-restarts", type=int, default=0,
+                    help="trainer.max_restarts: a killed rank must be mended by the job itself (default 0)")
+    ap.add_argument("--launch", choices=["flags", "env"], default="flags",
+                    help="across hosts: --node_rank/--master_addr/--master_port (default), or the variables "
+                    "NODE_RANK/MASTER_ADDR/MASTER_PORT they set")
+    ap.add_argument("--faults", default=None,
+                    help="across hosts, or with --max_restarts: what to strike, of rank,host,agent,cut (default: "
+                    "all that apply: host and cut need --hosts > 1, agent needs --max_restarts)")
     args = ap.parse_args()
-    args.signals = [x.strip().upper().replace("SIG", "") for x in args.signals.split(",")]
-    args.ranks = [int(x) for x in args.ranks.split(",")]
+    global WORLD
+    multi = args.hosts > 1 or args.max_restarts > 0
+    if args.hosts < 1 or args.max_restarts < 0 or (args.ranks_per_host is not None and args.ranks_per_host < 1):
+        ap.error("--hosts and --ranks_per_host must be >= 1, --max_restarts >= 0")
+    if args.ranks_per_host is None:
+        args.ranks_per_host = 1 if args.hosts > 1 else WORLD
+    if multi:
+        WORLD = args.hosts * args.ranks_per_host
+        if WORLD < 2:
+            ap.error("a job needs at least 2 ranks: --hosts x --ranks_per_host")
+    args.signals = [x.strip().upper().replace("SIG", "")
+                    for x in (args.signals or ("KILL" if multi else "KILL,TERM,INT")).split(",")]
+    args.ranks = [int(x) for x in args.ranks.split(",")] if args.ranks else list(range(WORLD))
     args.moments = [x.strip() for x in args.moments.split(",")]
+    applicable = ["rank"] + (["host", "cut"] if args.hosts > 1 else []) + (["agent"] if args.max_restarts else [])
+    args.faults = [x.strip() for x in args.faults.split(",")] if args.faults else applicable
     if (not set(args.signals) <= {"KILL", "TERM", "INT", "STOP"} or not set(args.ranks) <= set(range(WORLD))
             or not set(args.moments) <= {p for p, _ in PLANS}):
         ap.error("--signals, --ranks or --moments names something unknown")
+    if multi and ("STOP" in args.signals or not set(args.faults) <= set(applicable)):
+        ap.error(f"--faults: only {','.join(applicable)} apply here; STOP only on one host without restarts")
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 31)
     if args.data_dir is None:
@@ -1127,6 +1791,23 @@ def main():
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if args.hosts > 1:
+        why = hosts_unavailable()
+        if why:
+            log(f"{why}; skipping")
+            return 77
+
+        # The namespaces go however the soak ends: here (finally, in __main__), at exit, on a signal.
+        def on_signal(signum, frame):
+            raise SystemExit(128 + signum)
+
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, on_signal)
+        atexit.register(remove_hosts)
+        HOSTNET.append(HostNet(args.hosts))
+        net = HOSTNET[0]
+        log(f"{args.hosts} hosts: namespaces {', '.join(net.name(h) for h in range(args.hosts))} "
+            f"({', '.join(net.address(h) for h in range(args.hosts))}), bridge in {net.prefix}-sw")
     soak = Soak(args)
     log(f"seed {args.seed}, {args.trials} trial(s), strategy {args.strategy}, formats {soak.formats()}, "
         f"binary {soak.volt} (md5 {soak.fingerprint()}), "
@@ -1137,14 +1818,26 @@ def main():
     records = []
     try:
         for i in range(args.trials):
-            rec = soak.trial(i)
+            rec = soak.host_trial(i) if soak.multi else soak.trial(i)
             records.append(rec)
             resumes = " ".join(f"{r['ckpt_path']}->{r['exit']}" for r in rec["resumes"]) or "-"
             t = rec["time_to_exit_s"]
-            log(f"trial {i:3d} {rec['format']:7s} {rec['signal']:7s} rank {rec['rank']} {rec['plan']:8s} -> "
-                f"{rec['moment']:17s} at {rec['t_kill_s']:6.2f} s{' (before exec)' if rec['before_exec'] else ''}: "
-                f"{'HANG' if rec['hang'] else f'exit in {t:.2f} s'} {rec['exit']}; resume {resumes}; "
-                f"{'OK' if rec['ok'] else 'FAIL: ' + '; '.join(rec['failures'])}")
+            if "fault_kind" in rec:
+                end = (f"restarted {rec.get('restarts') or 'never'}, finished {rec['job_end_s']:.1f} s after, "
+                       f"all gone {t:.2f} s later" if rec.get("job_end_s") is not None else
+                       f"exit in {t:.2f} s" if t is not None else "HANG")
+                what = f"{rec['fault_kind']:5s} {rec['what']:7s}" + (f" {rec['signal']}" if rec["fault_kind"] == "rank"
+                                                                      else "")
+                log(f"trial {i:3d} {rec['format']:7s} {what} {rec['plan']:8s} -> {rec['moment']:17s} at "
+                    f"{rec['t_kill_s']:6.2f} s{' (before exec)' if rec['before_exec'] else ''}: {end} "
+                    f"{rec['exit']}; resume {resumes}; {'OK' if rec['ok'] else 'FAIL: ' + '; '.join(rec['failures'])}")
+                if rec.get("message"):
+                    log(f"    named: {rec['message']}")
+            else:
+                log(f"trial {i:3d} {rec['format']:7s} {rec['signal']:7s} rank {rec['rank']} {rec['plan']:8s} -> "
+                    f"{rec['moment']:17s} at {rec['t_kill_s']:6.2f} s{' (before exec)' if rec['before_exec'] else ''}: "
+                    f"{'HANG' if rec['hang'] else f'exit in {t:.2f} s'} {rec['exit']}; resume {resumes}; "
+                    f"{'OK' if rec['ok'] else 'FAIL: ' + '; '.join(rec['failures'])}")
             for h in rec.get("hung", []):
                 log(f"    hung: rank {h['rank']} pid {h['pid']} state {h['state']} wchan {h['wchan']}")
                 for b in h.get("backtrace", []):
@@ -1163,11 +1856,15 @@ def main():
         again = soak.reference(fmt, name="reference-again")
         same = compare_digests(soak.refs[fmt]["digest"], again["digest"])
         log("a second uninterrupted run " + ("matches the first bitwise" if same is None else f"differs: {same}"))
-    print(table(records, args.strategy))
+    layout = (f"{args.hosts} host(s) x {args.ranks_per_host} rank(s), max_restarts {args.max_restarts}"
+              if soak.multi else None)
+    print(table(records, args.strategy, layout))
     failed = [r for r in records if not r["ok"]]
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"seed": args.seed, "strategy": args.strategy, "work": soak.work, "volt": soak.volt,
+            json.dump({"seed": args.seed, "strategy": args.strategy, "hosts": args.hosts,
+                       "ranks_per_host": args.ranks_per_host if soak.multi else WORLD,
+                       "max_restarts": args.max_restarts, "work": soak.work, "volt": soak.volt,
                        "volt_md5": soak.fingerprint(),
                        "references": {k: {"timeline": v["timeline"]} for k, v in soak.refs.items()},
                        "trials": records}, f, indent=1, default=str)
@@ -1183,5 +1880,23 @@ def main():
     return 1 if failed else 0
 
 
+def remove_hosts():
+    """Kills what runs in this soak's namespaces and removes them (idempotent)."""
+    for net in HOSTNET:
+        try:
+            net.remove()
+        except Exception as e:  # noqa: BLE001 - removal goes on for the others
+            log(f"removing namespaces {net.prefix}-*: {e}")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        for r in RUNS:  # nothing of a run outlives the soak, namespaces or not
+            try:
+                if r.alive_pids():
+                    r.kill_all()
+            except Exception:  # noqa: BLE001
+                pass
+        remove_hosts()

@@ -205,7 +205,7 @@ void DDPStrategy::launch(size_t bi) {
     if (last) b.flat.narrow(0, b.numel, flags.numel()).copy_(flags);
   }
   auto scope = profile(profiler_, "[DDP]all_reduce_bucket");  // the launch; the wait is all_reduce_wait
-  b.work = process_group().all_reduce_async(b.flat, ReduceOp::Mean);
+  b.work = device_mesh().group("dp")->all_reduce_async(b.flat, ReduceOp::Mean);
 }
 
 void DDPStrategy::run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) {

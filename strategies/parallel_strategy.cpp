@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include "volt/core/errors.h"
 
@@ -16,32 +17,49 @@ ParallelStrategy::ParallelStrategy(Precision precision, std::string accelerator,
       backend_(std::move(backend)) {}
 
 ParallelStrategy::~ParallelStrategy() {
+  mesh_.reset();
   pg_.reset();
   launcher_.reset();  // reaps (and if need be stops) the launched ranks
+}
+
+void ParallelStrategy::launch_or_check() {
+  const int64_t expected = devices_ * num_nodes_;
+  if (env_.source == "none") {
+    VOLT_CHECK(num_nodes_ == 1 || std::getenv("MASTER_ADDR"), DistributedError, "num_nodes=", num_nodes_,
+               " without torchrun or SLURM: run one command per node with --node_rank=N --master_addr=ADDR "
+               "--master_port=PORT (or NODE_RANK, MASTER_ADDR, MASTER_PORT), the same on every node but the rank");
+    if (expected > 1) {
+      LaunchPlan plan;
+      plan.devices = devices_;
+      plan.num_nodes = num_nodes_;
+      plan.node_rank = env_.node_rank;
+      plan.master_addr = env_.master_addr;
+      plan.port = env_.port_given ? env_.port : 0;
+      launcher_ = std::make_unique<Launcher>(plan);
+      env_ = launcher_->env();
+    } else {
+      env_.port = detail::find_free_port();  // a world of one still rendezvouses with itself
+    }
+    return;
+  }
+  VOLT_CHECK(env_.world_size == expected, DistributedError, "the ", env_.source,
+             " environment says WORLD_SIZE=", env_.world_size, " but devices x num_nodes = ", devices_, " x ",
+             num_nodes_, " = ", expected, "; make them agree");
+  const int64_t threads = std::max<int64_t>(1, detail::available_cores() / std::max<int64_t>(1, env_.local_world_size));
+  if (!std::getenv("OMP_NUM_THREADS")) torch::set_num_threads(static_cast<int>(threads));
 }
 
 void ParallelStrategy::setup_environment() {
   if (pg_) return;
   env_ = ClusterEnv::detect();
-  if (env_.source == "volt" && env_.rank > 0) detail::watch_launcher(env_.rank);
-  const int64_t expected = devices_ * num_nodes_;
-  if (env_.source == "none") {
-    VOLT_CHECK(num_nodes_ == 1, DistributedError, "num_nodes=", num_nodes_,
-               " needs a cluster launcher (torchrun or SLURM) to start the other nodes");
-    if (expected > 1) {
-      launcher_ = std::make_unique<Launcher>(expected);
-      env_ = launcher_->env();
-    } else {
-      env_.port = detail::find_free_port();  // a world of one still rendezvouses with itself
-    }
-  } else {
-    VOLT_CHECK(env_.world_size == expected, DistributedError, "the ", env_.source,
-               " environment says WORLD_SIZE=", env_.world_size, " but devices x num_nodes = ", devices_, " x ",
-               num_nodes_, " = ", expected, "; make them agree");
-    const int64_t threads =
-        std::max<int64_t>(1, detail::available_cores() / std::max<int64_t>(1, env_.local_world_size));
-    if (!std::getenv("OMP_NUM_THREADS")) torch::set_num_threads(static_cast<int>(threads));
+  if (env_.source == "volt") {
+    // A rank launched by volt (a launcher's local rank, or any rank of a restart agent) ends when
+    // its launcher dies.
+    const char* launcher = std::getenv("VOLT_LAUNCHER_PID");
+    if (launcher && std::atoll(launcher) != ::getpid())
+      detail::watch_launcher(env_.rank, env_.local_rank, env_.node_rank);
   }
+  launch_or_check();
   if (accelerator_ == "cuda") {
     // One GPU per local rank where there are enough; ranks share GPUs otherwise (then only Gloo
     // works: NCCL refuses two ranks on one device).
@@ -60,6 +78,8 @@ void ParallelStrategy::setup_environment() {
     o.backend = "gloo";
   o.timeout = timeout_;
   o.liveness = LivenessOptions::from_env();
+  // A launched rank posts its launcher's death (see [Note: the launcher's death]).
+  o.peer_failure = [] { return detail::launcher_death(); };
   if (launcher_) {
     o.peer_failure = [l = launcher_.get()] { return l->failed_rank() >= 0 ? l->failure() : std::string(); };
     // Ending rank 0 ends the job: its ranks go first, stopped ones included.
@@ -69,8 +89,16 @@ void ParallelStrategy::setup_environment() {
     };
   }
   pg_ = std::make_unique<ProcessGroup>(env_, o, accelerator_);
-  spdlog::info("Initialized process group: rank {} of {} ({} backend, from {} environment)", env_.rank, env_.world_size,
-               pg_->backend(), env_.source);
+  mesh_ = std::make_unique<DeviceMesh>(*pg_, mesh_layout());
+  spdlog::info("Initialized process group: rank {} of {} (node {} of {}; {}; mesh {}; from {} environment)", env_.rank,
+               env_.world_size, env_.node_rank, env_.num_nodes, pg_->transport(), mesh_->describe(), env_.source);
+}
+
+MeshLayout ParallelStrategy::mesh_layout() const { return {{devices_ * num_nodes_}, {"dp"}}; }
+
+DeviceMesh& ParallelStrategy::device_mesh() {
+  VOLT_CHECK(mesh_ != nullptr, DistributedError, "device mesh used before setup_environment()");
+  return *mesh_;
 }
 
 ProcessGroup& ParallelStrategy::process_group() {
@@ -100,6 +128,10 @@ void ParallelStrategy::finalize() {
   // Non-blocking: the launched ranks may still have work after this call (another fit, a test);
   // the launcher's destructor waits for them to finish.
   if (launcher_ && launcher_->failed_rank() >= 0) throw DistributedError(launcher_->failure());
+}
+
+void ParallelStrategy::wait_for_ranks() {
+  if (launcher_) launcher_->wait_children();
 }
 
 void ParallelStrategy::on_exception(const std::exception& error) {

@@ -29,6 +29,8 @@ void TrainerOptions::validate() {
                " processes for ", gpus, " visible GPU(s)");
   }
   VOLT_CHECK(num_nodes >= 1, ConfigError, "config key 'trainer.num_nodes': must be >= 1, got ", num_nodes);
+  VOLT_CHECK(max_restarts >= 0 && max_restarts <= 1000, ConfigError,
+             "config key 'trainer.max_restarts': must be from 0 to 1000, got ", max_restarts);
   VOLT_CHECK(max_epochs >= -1, ConfigError, "config key 'trainer.max_epochs': must be >= -1, got ", max_epochs);
   VOLT_CHECK(max_steps >= -1, ConfigError, "config key 'trainer.max_steps': must be >= -1, got ", max_steps);
   VOLT_CHECK(check_val_every_n_epoch >= 1, ConfigError,
@@ -47,6 +49,10 @@ void TrainerOptions::validate() {
   VOLT_CHECK(val_check_interval.is_fraction ? val_check_interval.value > 0 : val_check_interval.value >= 1, ConfigError,
              "config key 'trainer.val_check_interval': must be a fraction in (0, 1] or a batch count >= 1");
   VOLT_CHECK(!default_root_dir.empty(), ConfigError, "config key 'trainer.default_root_dir': must not be empty");
+  // As Lightning's seed_everything: seeds are numpy's range, 0 to 2^32 - 1.
+  VOLT_CHECK(!seed || (*seed >= 0 && *seed <= kMaxSeed), ConfigError,
+             "config key 'trainer.seed' (or seed_everything): ", seed.value_or(0), " is out of range; a seed is ",
+             "from 0 to ", kMaxSeed, " (as Lightning's seed_everything), or null for none");
   slurm.requeue_signal.validate("trainer.slurm.requeue_signal");
   logger.validate();
   strategy.validate();

@@ -41,6 +41,11 @@ struct TrainerOptions {
   std::string accelerator = "cpu";  // "cpu", "cuda", "auto"
   int64_t devices = 1;
   int64_t num_nodes = 1;
+  /// Restarts of the whole job when a rank or a host dies (distributed/elastic_agent.h): `volt`
+  /// then supervises the ranks from a process of its own and resumes each attempt from the last
+  /// checkpoint (ckpt_path: last). 0: a failure ends the job. Not under torchrun or SLURM (use
+  /// torchrun's --max-restarts).
+  int64_t max_restarts = 0;
   StrategyOptions strategy;
   std::string precision = "32-true";
   int64_t max_epochs = -1;  // -1: 1000 when max_steps is -1 too (Lightning's rule), else unlimited
@@ -63,7 +68,9 @@ struct TrainerOptions {
   /// The loggers (loggers/logger_options.h): true = a CSV logger under
   /// default_root_dir/lightning_logs/version_N; false = none; "tensorboard"; {"csv", "tensorboard"}.
   LoggerOptions logger;
+  /// The random seed (seed_everything in the CLI): 0 to kMaxSeed, or none.
   std::optional<int64_t> seed;
+  static constexpr int64_t kMaxSeed = 4294967295;  ///< 2^32 - 1, numpy's (and Lightning's) largest seed
   bool deterministic = false;
   /// LibTorch's anomaly detection during fit: backward names the forward operation whose gradient
   /// turned nan (slow; for debugging), as Lightning's detect_anomaly.
@@ -84,8 +91,8 @@ struct TrainerOptions {
 
   template <class V>
   void visit(V& v) {
-    v("accelerator", accelerator)("devices", devices)("num_nodes", num_nodes)("strategy", strategy)(
-        "precision", precision)("max_epochs", max_epochs)("max_steps", max_steps)(
+    v("accelerator", accelerator)("devices", devices)("num_nodes", num_nodes)("max_restarts", max_restarts)(
+        "strategy", strategy)("precision", precision)("max_epochs", max_epochs)("max_steps", max_steps)(
         "limit_train_batches", limit_train_batches)("limit_val_batches", limit_val_batches)(
         "limit_test_batches", limit_test_batches)("limit_predict_batches", limit_predict_batches)(
         "val_check_interval", val_check_interval)("check_val_every_n_epoch", check_val_every_n_epoch)(

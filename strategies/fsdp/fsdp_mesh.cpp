@@ -27,34 +27,16 @@ FSDPMesh::FSDPMesh(const FSDPOptions& options, int64_t devices, int64_t num_node
   }
 }
 
-void FSDPMesh::connect(ProcessGroup& world) {
-  // Once per world: setup_environment runs again for each fit / validate / predict (and early for
-  // Trainer::prepare_data), and a sub-group's rendezvous keys in the store are used only once.
-  if (world_ == &world) return;
-  world_ = &world;
-  const int64_t r = world.rank(), n = world.size();
-  if (shard_size_ > 1 && shard_size_ < n) {
-    const int64_t g = r / shard_size_;
-    std::vector<int64_t> ranks;
-    for (int64_t i = 0; i < shard_size_; ++i) ranks.push_back(g * shard_size_ + i);
-    shard_ = std::make_unique<ProcessGroup>(world, ranks, "shard" + std::to_string(g));
-  }
-  if (replicate_size_ > 1 && replicate_size_ < n) {
-    const int64_t j = r % shard_size_;
-    std::vector<int64_t> ranks;
-    for (int64_t k = 0; k < replicate_size_; ++k) ranks.push_back(j + k * shard_size_);
-    replicate_ = std::make_unique<ProcessGroup>(world, ranks, "replicate" + std::to_string(j));
-  }
-}
-
 ProcessGroup* FSDPMesh::shard_group() const {
   if (shard_size_ == 1) return nullptr;
-  return shard_ ? shard_.get() : world_;
+  VOLT_CHECK(mesh_ != nullptr, DistributedError, "FSDP's process groups used before setup_environment()");
+  return mesh_->group("shard");
 }
 
 ProcessGroup* FSDPMesh::replicate_group() const {
   if (replicate_size_ == 1) return nullptr;
-  return replicate_ ? replicate_.get() : world_;
+  VOLT_CHECK(mesh_ != nullptr, DistributedError, "FSDP's process groups used before setup_environment()");
+  return mesh_->group("replicate");
 }
 
 int64_t FSDPMesh::shard_rank() const { return shard_group() ? shard_group()->rank() : 0; }

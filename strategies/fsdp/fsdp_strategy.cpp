@@ -142,8 +142,10 @@ FSDPStrategy::~FSDPStrategy() = default;
 
 void FSDPStrategy::setup_environment() {
   ParallelStrategy::setup_environment();
-  mesh_.connect(process_group());
+  mesh_.connect(device_mesh());
 }
+
+MeshLayout FSDPStrategy::mesh_layout() const { return mesh_.layout(); }
 
 std::vector<detail::FSDPUnit> FSDPStrategy::make_units(LightningModule& module) {
   // Units wrap() made while the model was built: named now that it is complete.

@@ -48,6 +48,8 @@ class FSDPStrategy : public ParallelStrategy {
   std::string name() const override { return "fsdp"; }
 
   void setup_environment() override;
+  /// (replicate, shard): see fsdp_mesh.h.
+  MeshLayout mesh_layout() const override;
   void setup_module(LightningModule& module) override;
   /// Deferred initialization: shards `unit` now if auto_wrap_policy selects it (see
   /// LightningModule::wrap); otherwise it is left to set-up like any module. With

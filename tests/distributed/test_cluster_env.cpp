@@ -65,3 +65,63 @@ TEST_CASE("first SLURM host parsing", "[distributed][env]") {
   CHECK(volt::detail::first_slurm_host("a1,b2") == "a1");
   CHECK(volt::detail::find_free_port() > 0);
 }
+
+TEST_CASE("torchrun on several nodes: the node comes from GROUP_RANK, else NODE_RANK, else the local layout",
+          "[distributed][env]") {
+  std::map<std::string, std::string> env{
+      {"RANK", "5"},       {"WORLD_SIZE", "8"},       {"LOCAL_RANK", "1"},         {"LOCAL_WORLD_SIZE", "4"},
+      {"GROUP_RANK", "1"}, {"GROUP_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}};
+  auto c = ClusterEnv::detect(&env);
+  CHECK(c.node_rank == 1);
+  CHECK(c.num_nodes == 2);
+  CHECK(c.describe_node(1) == "ranks 4-7");
+  env.erase("GROUP_RANK");
+  env.erase("GROUP_WORLD_SIZE");
+  c = ClusterEnv::detect(&env);
+  CHECK(c.node_rank == 1);  // 5 / 4
+  CHECK(c.num_nodes == 2);
+  env["NODE_RANK"] = "1";
+  CHECK(ClusterEnv::detect(&env).node_rank == 1);
+  env["GROUP_RANK"] = "2";
+  CHECK_THROWS_WITH(ClusterEnv::detect(&env), Catch::Contains("node rank 2") && Catch::Contains("2 node(s)"));
+  env.erase("GROUP_RANK");
+  env["LOCAL_RANK"] = "4";
+  CHECK_THROWS_WITH(ClusterEnv::detect(&env), Catch::Contains("local rank 4"));
+}
+
+TEST_CASE("SLURM on several nodes: node id, tasks per node and the step's first host", "[distributed][env]") {
+  std::map<std::string, std::string> env{{"SLURM_PROCID", "3"},
+                                         {"SLURM_NTASKS", "4"},
+                                         {"SLURM_LOCALID", "1"},
+                                         {"SLURM_NODEID", "1"},
+                                         {"SLURM_NNODES", "2"},
+                                         {"SLURM_TASKS_PER_NODE", "2(x2)"},
+                                         {"SLURM_STEP_NODELIST", "gpu[3-4]"},
+                                         {"SLURM_NODELIST", "gpu[1-9]"},
+                                         {"MASTER_PORT", "4000"}};
+  auto c = ClusterEnv::detect(&env);
+  CHECK(c.source == "slurm");
+  CHECK(c.node_rank == 1);
+  CHECK(c.num_nodes == 2);
+  CHECK(c.local_world_size == 2);
+  CHECK(c.master_addr == "gpu3");
+  CHECK(c.port == 4000);
+  env["SLURM_TASKS_PER_NODE"] = "x";
+  CHECK_THROWS_WITH(ClusterEnv::detect(&env), Catch::Contains("tasks per node 'x'"));
+  CHECK(volt::detail::first_slurm_tasks_per_node("8(x3),4") == 8);
+}
+
+TEST_CASE("no launcher: Lightning's NODE_RANK, MASTER_ADDR and MASTER_PORT place this node", "[distributed][env]") {
+  std::map<std::string, std::string> env{{"NODE_RANK", "1"}, {"MASTER_ADDR", "10.231.0.1"}, {"MASTER_PORT", "29611"}};
+  auto c = ClusterEnv::detect(&env);
+  CHECK(c.source == "none");
+  CHECK(c.node_rank == 1);
+  CHECK(c.master_addr == "10.231.0.1");
+  CHECK(c.port == 29611);
+  CHECK(c.port_given);
+  env["MASTER_PORT"] = "70000";
+  CHECK_THROWS_WITH(ClusterEnv::detect(&env), Catch::Contains("MASTER_PORT=70000"));
+  env["MASTER_PORT"] = "29611";
+  env["NODE_RANK"] = "-1";
+  CHECK_THROWS_WITH(ClusterEnv::detect(&env), Catch::Contains("NODE_RANK"));
+}

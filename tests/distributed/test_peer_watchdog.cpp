@@ -152,7 +152,7 @@ TEST_CASE("rank 0 (the launcher) killed: the launched ranks end at once, naming 
   const std::string dir = temp_dir("launcher-death");
   CHECK(run_launched_fault(dir, 0, "kill") == 128 + 9);
   CHECK(all_gone_within(dir, 10));
-  CHECK_THAT(read_text(dir + "/worker.0.log"), Catch::Contains("[rank 1] rank 0 (volt's launcher, pid"));
+  CHECK_THAT(read_text(dir + "/worker.0.log"), Catch::Contains("[rank 1] rank 0 (volt's launcher on node 0), pid"));
 }
 
 TEST_CASE("a stopped launched rank: rank 0 ends and takes the stopped rank with it",

@@ -7,6 +7,7 @@
 
 #include "boring_model.h"
 #include "distributed/multi_rank.h"
+#include "volt/distributed/cluster_env.h"
 
 using namespace volt::testing;
 
@@ -30,6 +31,56 @@ TEST_CASE("a rank that dies before the rendezvous fails the job within seconds, 
       CHECK(secs < 30);
       CHECK(log.find("rank 1") != std::string::npos);
       CHECK(log.find("rendezvous") != std::string::npos);
+      CHECK(no_worker_left(dir));
+    }
+  }
+}
+
+TEST_CASE(
+    "torchrun variables that conflict (a duplicate RANK, another WORLD_SIZE) stop every rank within seconds, "
+    "naming the ranks and their values",
+    "[distributed][multirank][fault][launch]") {
+  struct Case {
+    std::string name;
+    std::vector<std::pair<int, int>> rank_world;  // RANK, WORLD_SIZE of each process
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"duplicate RANK", {{0, 2}, {1, 2}, {1, 2}}, "RANK=1 is claimed twice"},
+      {"larger WORLD_SIZE on rank 1", {{0, 2}, {1, 3}}, "has WORLD_SIZE=3 but rank 0"},
+      {"smaller WORLD_SIZE on rank 1", {{0, 3}, {1, 2}}, "has WORLD_SIZE=2 but rank 0"},
+  };
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      const std::string dir = temp_dir("rdzv-conflict");
+      auto kv = quiet_worker_kv(dir);
+      kv["trainer.strategy"] = "{name: ddp, timeout: 600}";
+      kv["samples"] = "20000";  // training outlasts the news of a late duplicate
+      const int port = volt::detail::find_free_port();
+      std::vector<std::vector<std::string>> argvs;
+      std::vector<std::map<std::string, std::string>> envs;
+      for (const auto& [rank, world] : c.rank_world) {
+        auto k = kv;
+        k["trainer.devices"] = std::to_string(world);
+        argvs.push_back(worker_argv(dir + "/o.pt", k));
+        envs.push_back({{"RANK", std::to_string(rank)},
+                        {"WORLD_SIZE", std::to_string(world)},
+                        {"MASTER_ADDR", "127.0.0.1"},
+                        {"MASTER_PORT", std::to_string(port)}});
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto codes = run_processes(argvs, envs, 120, dir + "/rank");
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::string logs;
+      for (size_t i = 0; i < argvs.size(); ++i) logs += read_text(dir + "/rank." + std::to_string(i) + ".log");
+      INFO(logs);
+      for (int code : codes) {
+        CHECK(code != 0);
+        CHECK(code != 128 + 9);  // ended by itself
+      }
+      CHECK(secs < 30);
+      // Rank 0 names the conflict too, not only the process that has it.
+      CHECK(read_text(dir + "/rank.0.log").find(c.expected) != std::string::npos);
       CHECK(no_worker_left(dir));
     }
   }

@@ -1,0 +1,163 @@
+#include "volt/distributed/rendezvous.h"
+
+#include <unistd.h>
+
+#include <sstream>
+#include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "volt/core/errors.h"
+#include "volt/distributed/peer_watchdog.h"
+
+namespace volt::detail {
+
+namespace {
+const char* const kJoinedKey = "volt_joined";    // every rank adds 1 once connected
+const char* const kViewsKey = "volt_views";      // the number of views published
+const char* const kVerdictKey = "volt_verdict";  // rank 0's "ok", or the conflict it found
+std::string claim_key(int64_t rank) { return "volt_claim/" + std::to_string(rank); }
+std::string claimant_key(int64_t rank) { return "volt_claimant/" + std::to_string(rank); }
+std::string view_key(int64_t i) { return "volt_view/" + std::to_string(i); }
+std::string where_key(int64_t rank) { return "volt_where/" + std::to_string(rank); }
+
+std::string host_name() {
+  char buf[256] = {};
+  return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("?");
+}
+
+/// What one process says of itself: "rank world node pid host".
+struct View {
+  int64_t rank = 0, world = 0, node = 0, pid = 0;
+  std::string host;
+  std::string encode() const { return str_cat(rank, " ", world, " ", node, " ", pid, " ", host); }
+  static View decode(const std::string& s) {
+    View v;
+    std::istringstream in(s);
+    in >> v.rank >> v.world >> v.node >> v.pid >> v.host;
+    return v;
+  }
+  std::string who() const { return str_cat("rank ", rank, " (pid ", pid, " on host ", host, ", node ", node, ")"); }
+};
+
+std::string get_string(c10d::Store& store, const std::string& key) {
+  const auto v = store.get(key);
+  return std::string(v.begin(), v.end());
+}
+void set_string(c10d::Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+/// A second process with this rank fails at once, naming the first.
+void claim_rank(c10d::Store& store, const View& me, PeerWatchdog* watchdog) {
+  if (store.add(claim_key(me.rank), 1) == 1) {
+    set_string(store, claimant_key(me.rank), me.who());
+    return;
+  }
+  const std::string first =
+      store.check({claimant_key(me.rank)}) ? get_string(store, claimant_key(me.rank)) : "another process";
+  const std::string msg = str_cat("RANK=", me.rank, " is claimed twice: by ", first, " and by pid ", me.pid,
+                                  " on host ", me.host, "; every process of the job needs its own RANK");
+  if (watchdog) watchdog->report(msg);
+  throw DistributedError(msg);
+}
+
+/// Rank 0: checks the views published since `seen`; returns the conflict found ("" if none).
+std::string check_views(c10d::Store& store, const View& me, int64_t& seen) {
+  const int64_t n = store.add(kViewsKey, 0);
+  for (; seen < n; ++seen) {
+    if (!store.check({view_key(seen)})) break;  // counted, not written yet: next time
+    const View v = View::decode(get_string(store, view_key(seen)));
+    if (v.world != me.world)
+      return str_cat(v.who(), " has WORLD_SIZE=", v.world, " but ", me.who(), " has WORLD_SIZE=", me.world,
+                     "; start every rank with the same WORLD_SIZE");
+    if (v.rank == 0 && v.pid != me.pid)
+      return str_cat(v.who(), " also says RANK=0; every process of the job needs its own RANK");
+  }
+  return "";
+}
+
+void wait_for_ranks(c10d::Store& store, const View& me, std::chrono::milliseconds timeout,
+                    const std::function<std::string()>& peer_failure, PeerWatchdog* watchdog) {
+  const auto start = std::chrono::steady_clock::now();
+  int64_t seen = 0;
+  for (;;) {
+    const int64_t joined = store.add(kJoinedKey, 0) - 1;  // the others
+    const std::string conflict = check_views(store, me, seen);
+    VOLT_CHECK(conflict.empty(), DistributedError, "rendezvous: ", conflict);
+    if (joined >= me.world - 1 && seen >= store.add(kViewsKey, 0)) break;
+    std::string failure = peer_failure ? peer_failure() : std::string();
+    if (failure.empty() && watchdog) failure = watchdog->failure();
+    VOLT_CHECK(failure.empty(), DistributedError, "rendezvous: ", failure, " before joining (", joined, " of ",
+               me.world - 1, " other ranks had joined); stopping");
+    VOLT_CHECK(std::chrono::steady_clock::now() - start < timeout, DistributedError, "rendezvous: only ", joined,
+               " of ", me.world - 1, " other ranks joined within the timeout (", timeout.count() / 1000, " s)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void wait_for_verdict(c10d::Store& store, const View& me, std::chrono::milliseconds timeout, PeerWatchdog* watchdog) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!store.check({kVerdictKey})) {
+    if (watchdog) watchdog->check(str_cat("rendezvous of rank ", me.rank));
+    VOLT_CHECK(std::chrono::steady_clock::now() - start < timeout, DistributedError,
+               "rendezvous: rank 0 did not confirm the world of ", me.world, " ranks within the timeout (",
+               timeout.count() / 1000, " s); are all ranks started, with the same MASTER_ADDR and MASTER_PORT?");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string verdict = get_string(store, kVerdictKey);
+  VOLT_CHECK(verdict == "ok", DistributedError, verdict);
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> connect_store(const ClusterEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = static_cast<size_t>(env.world_size);
+  so.waitWorkers = false;  // agree_on_world waits, watching for failures
+  so.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+}
+
+void agree_on_world(c10d::Store& store, const ClusterEnv& env, const std::string& address,
+                    std::chrono::milliseconds timeout, const std::function<std::string()>& peer_failure,
+                    PeerWatchdog* watchdog) {
+  View me;
+  me.rank = env.rank;
+  me.world = env.world_size;
+  me.node = env.node_rank;
+  me.pid = ::getpid();
+  me.host = host_name();
+  claim_rank(store, me, watchdog);
+  set_string(store, where_key(me.rank), str_cat(me.node, " ", me.host, address.empty() ? "" : " (" + address + ")"));
+  const int64_t index = store.add(kViewsKey, 1) - 1;
+  set_string(store, view_key(index), me.encode());
+  store.add(kJoinedKey, 1);
+  if (env.rank != 0) {
+    wait_for_verdict(store, me, timeout, watchdog);
+    return;
+  }
+  try {
+    wait_for_ranks(store, me, timeout, peer_failure, watchdog);
+  } catch (const DistributedError& e) {
+    try {
+      set_string(store, kVerdictKey, str_cat(e.what(), " (seen by rank 0)"));
+    } catch (const std::exception&) {  // the error at hand is the one to report
+    }
+    throw;
+  }
+  set_string(store, kVerdictKey, "ok");
+}
+
+std::vector<RankPlace> read_layout(c10d::Store& store, int64_t world_size) {
+  std::vector<RankPlace> out(static_cast<size_t>(world_size));
+  for (int64_t r = 0; r < world_size; ++r) {
+    const std::string s = get_string(store, where_key(r));
+    const auto space = s.find(' ');
+    out[r].node = std::stoll(s.substr(0, space));
+    out[r].host = space == std::string::npos ? "?" : s.substr(space + 1);
+  }
+  return out;
+}
+
+}  // namespace volt::detail
