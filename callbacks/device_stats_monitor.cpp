@@ -65,7 +65,7 @@ void DeviceStatsMonitor::on_train_batch_end(Trainer& t, LightningModule&, const 
   if (t.global_step() % t.options().log_every_n_steps != 0) return;
   last_.clear();
   for (const auto& [k, v] : stats(t)) last_["DeviceStatsMonitor.on_train_batch_end/" + k] = v;
-  if (t.logger()) t.logger()->log_metrics(last_, t.global_step());
+  for (const auto& l : t.loggers()) l->log_metrics(last_, t.global_step());  // every logger, as Lightning's
 }
 
 }  // namespace volt

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <regex>
 
 #include "volt/core/files.h"
@@ -52,12 +55,21 @@ std::pair<bool, double> monitored_on_rank0(Trainer& t, const std::string& monito
 }  // namespace
 
 void ModelCheckpointOptions::validate() const {
+  VOLT_CHECK(!filename.empty(), ConfigError,
+             "ModelCheckpoint.filename: must not be empty (it would write hidden '.ckpt' files); leave it at "
+             "'{epoch}-{step}' or name the checkpoints");
   detail::check_checkpoint_filename(filename);
   VOLT_CHECK(mode == "min" || mode == "max", ConfigError, "ModelCheckpoint.mode: expected 'min' or 'max', got '", mode,
              "'");
   VOLT_CHECK(save_top_k >= -1, ConfigError, "ModelCheckpoint.save_top_k: must be >= -1, got ", save_top_k);
   VOLT_CHECK(every_n_train_steps >= 0 && every_n_epochs >= 0, ConfigError,
              "ModelCheckpoint: every_n_train_steps and every_n_epochs must be >= 0");
+  VOLT_CHECK(train_time_interval >= 0 && std::isfinite(train_time_interval), ConfigError,
+             "ModelCheckpoint.train_time_interval: must be a number of seconds >= 0 (0: off), got ",
+             train_time_interval);
+  VOLT_CHECK(!(every_n_train_steps > 0 && train_time_interval > 0), ConfigError,
+             "ModelCheckpoint: every_n_train_steps and train_time_interval are mutually exclusive (as in Lightning); "
+             "set one of them");
   VOLT_CHECK(!(save_top_k > 1 && monitor.empty()), ConfigError, "ModelCheckpoint: save_top_k=", save_top_k,
              " needs a monitor to rank checkpoints");
 }
@@ -84,15 +96,34 @@ bool stale_temp(const std::string& name) {
   return ::kill(static_cast<pid_t>(std::stoll(pid)), 0) != 0 && errno == ESRCH;
 }
 
+/// The checkpoint folders this process has locked, by canonical path: the ModelCheckpoints of one
+/// Trainer share a folder's lock (flock excludes a second descriptor even in the same process).
+std::mutex folder_locks_mutex;
+std::map<std::string, std::weak_ptr<ModelCheckpoint::FolderLock>> folder_locks;
+
 /// Rank 0's part of setup: lock, clean, warn. Returns "" or the reason the run cannot use `d`.
-std::string prepare_dir(const std::string& d, detail::FileLock& lock) {
+std::string prepare_dir(const std::string& d, const Trainer* owner,
+                        std::shared_ptr<ModelCheckpoint::FolderLock>& lock) {
   std::error_code ec;
   fs::create_directories(d, ec);
   if (ec) return "cannot create the checkpoint folder '" + d + "': " + ec.message();
-  const std::string held = lock.try_lock(d);
+  std::lock_guard<std::mutex> guard(folder_locks_mutex);
+  const std::string key = fs::weakly_canonical(d, ec).string();
+  if (auto held = folder_locks[key].lock()) {
+    if (held->owner != owner)
+      return "another Trainer of this process is writing checkpoints to '" + d +
+             "'; give this run its own trainer.default_root_dir (or ModelCheckpoint.dirpath)";
+    lock = held;  // another ModelCheckpoint of this run: the folder is already prepared
+    return {};
+  }
+  auto fresh = std::make_shared<ModelCheckpoint::FolderLock>();
+  fresh->owner = owner;
+  const std::string held = fresh->lock.try_lock(d);
   if (!held.empty())
     return "another run is writing checkpoints to '" + d + "' (its lock is " + held +
            "); give this run its own trainer.default_root_dir (or ModelCheckpoint.dirpath)";
+  folder_locks[key] = fresh;
+  lock = std::move(fresh);
   bool earlier = false;
   for (const auto& e : fs::directory_iterator(d, ec)) {
     const std::string name = e.path().filename().string();
@@ -118,15 +149,16 @@ std::string prepare_dir(const std::string& d, detail::FileLock& lock) {
 
 void ModelCheckpoint::setup(Trainer& t, LightningModule&, const std::string& stage) {
   last_time_save_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  validated_ = false;
   if (stage != "fit") return;
   // Rank 0 decides; every rank learns the outcome, so all fail together rather than some waiting.
-  const std::string error = from_rank0(t, t.is_global_zero() ? prepare_dir(dir(t), lock_) : std::string());
+  const std::string error = from_rank0(t, t.is_global_zero() ? prepare_dir(dir(t), &t, lock_) : std::string());
   VOLT_CHECK(error.empty(), CheckpointError, error);
 }
 
-void ModelCheckpoint::teardown(Trainer&, LightningModule&, const std::string&) { lock_.unlock(); }
+void ModelCheckpoint::teardown(Trainer&, LightningModule&, const std::string&) { lock_.reset(); }
 
-void ModelCheckpoint::on_exception(Trainer&, LightningModule&, const std::exception&) { lock_.unlock(); }
+void ModelCheckpoint::on_exception(Trainer&, LightningModule&, const std::exception&) { lock_.reset(); }
 
 namespace {
 const std::regex& filename_field() {
@@ -209,18 +241,28 @@ void ModelCheckpoint::save_topk(Trainer& t) {
     return;
   }
   const auto [has, score] = monitored_on_rank0(t, options_.monitor);
-  if (!has) return;  // not logged yet (e.g. before the first validation)
+  if (!has) {
+    check_monitor_logged(t);
+    return;  // not logged yet (e.g. before the first validation)
+  }
   const bool better_is_lower = options_.mode == "min";
   auto worse = [&](double a, double b) { return better_is_lower ? a > b : a < b; };
+  std::string replaced;  // the worst of a full top k, removed once the better one is saved
   if (options_.save_top_k > 0 && static_cast<int64_t>(best_k_.size()) >= options_.save_top_k) {
     auto worst = std::max_element(best_k_.begin(), best_k_.end(),
                                   [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
     if (!worse(worst->second, score)) return;
-    if (t.is_global_zero()) detail::remove_tree(worst->first);
+    replaced = worst->first;
     best_k_.erase(worst);
   }
-  const std::string path = from_rank0(t, (fs::path(dir(t)) / format_name(t)).string());
+  // A name that one of the kept checkpoints has (a filename without changing fields) gets
+  // "-v1", "-v2", ... as Lightning's version counter gives it, instead of overwriting that one.
+  std::string path = (fs::path(dir(t)) / format_name(t)).string();
+  const std::string stem = path.substr(0, path.size() - 5);  // without ".ckpt"
+  for (int v = 1; best_k_.count(path) > 0; ++v) path = stem + "-v" + std::to_string(v) + ".ckpt";
+  path = from_rank0(t, path);
   t.save_checkpoint(path, options_.save_weights_only);
+  if (!replaced.empty() && replaced != path && t.is_global_zero()) detail::remove_tree(replaced);
   best_k_[path] = score;
   auto best = std::min_element(best_k_.begin(), best_k_.end(),
                                [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
@@ -248,14 +290,37 @@ void ModelCheckpoint::on_train_batch_end(Trainer& t, LightningModule&, const tor
   if (due) save(t);
 }
 
+void ModelCheckpoint::check_monitor_logged(Trainer& t) const {
+  // As Lightning: a monitor still missing once validation has run was never going to be logged.
+  if (validated_) monitor_missing(t);
+}
+
+void ModelCheckpoint::monitor_missing(Trainer& t) const {
+  std::string known;
+  for (const auto& [k, v] : t.callback_metrics()) known += (known.empty() ? "" : ", ") + k;
+  throw ConfigError(detail::str_cat(
+      "ModelCheckpoint(monitor='", options_.monitor, "') could not find the monitored key in the logged metrics: [",
+      known, "]. HINT: did you call log('", options_.monitor, "', value) in the LightningModule?"));
+}
+
 void ModelCheckpoint::on_train_epoch_end(Trainer& t, LightningModule&) {
+  // Without a validation loop every metric there will be was logged by a training epoch's end.
+  const bool missing = !options_.monitor.empty() && !monitored_on_rank0(t, options_.monitor).first;
+  if (missing && !t.enable_validation()) monitor_missing(t);
   if (options_.every_n_train_steps > 0 || options_.train_time_interval > 0) return;
-  if (!options_.monitor.empty() && !monitored_on_rank0(t, options_.monitor).first) return;  // wait for validation
+  if (missing) {
+    check_monitor_logged(t);
+    return;  // wait for validation
+  }
   if (options_.every_n_epochs > 0 && (t.current_epoch() + 1) % options_.every_n_epochs == 0) save(t);
 }
 
 void ModelCheckpoint::on_validation_end(Trainer& t, LightningModule&) {
+  if (!t.sanity_checking()) validated_ = true;
   if (t.sanity_checking() || options_.monitor.empty() || options_.every_n_train_steps > 0) return;
+  // A monitor that is not a validation metric (one logged at the training epoch's end) is saved
+  // for, or found missing, at the epoch's end.
+  if (!monitored_on_rank0(t, options_.monitor).first) return;
   if (options_.every_n_epochs > 0 && (t.current_epoch() + 1) % options_.every_n_epochs == 0) save(t);
 }
 

@@ -5,6 +5,7 @@
 /// Writes are atomic (see tensor_archive.h and sharded_checkpoint.h); with FSDP state_dict_type
 /// "sharded" each checkpoint is a folder of that name. Its own state (best paths) is checkpointed too.
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -41,7 +42,8 @@ class ModelCheckpoint : public Callback {
   std::string state_key() const override { return "ModelCheckpoint"; }
 
   /// In fit, rank 0 locks the checkpoint folder for this run (a second run writing there fails at
-  /// once), removes what an interrupted save left (`*.partial` folders,
+  /// once; the ModelCheckpoints of one Trainer share the folder), removes what an interrupted save left (`*.partial`
+  /// folders,
   /// `*.tmp.<pid>` files of dead processes) and warns when the folder holds an earlier run's files.
   void setup(Trainer&, LightningModule&, const std::string& stage) override;
   void teardown(Trainer&, LightningModule&, const std::string& stage) override;
@@ -59,12 +61,22 @@ class ModelCheckpoint : public Callback {
   std::string last_model_path_on_disk(const Trainer& t) const;
   const ModelCheckpointOptions& options() const { return options_; }
 
+  /// A checkpoint folder's lock, shared by the ModelCheckpoints of the Trainer that took it.
+  struct FolderLock {
+    detail::FileLock lock;
+    const Trainer* owner = nullptr;
+  };
+
  private:
   std::string dir(const Trainer& t) const;
   std::string format_name(const Trainer& t) const;
   void save(Trainer& t);
   void save_topk(Trainer& t);
   void save_last(Trainer& t);
+  /// ConfigError (Lightning's words) when the monitor is missing although validation has run.
+  void check_monitor_logged(Trainer& t) const;
+  /// ConfigError (Lightning's words) naming the monitor and the metrics that were logged.
+  [[noreturn]] void monitor_missing(Trainer& t) const;
 
   ModelCheckpointOptions options_;
   std::map<std::string, double> best_k_;  // path -> score
@@ -72,7 +84,8 @@ class ModelCheckpoint : public Callback {
   std::string last_model_path_;
   int64_t last_saved_step_ = -1;
   double last_time_save_ = 0;
-  detail::FileLock lock_;  // rank 0, during fit
+  bool validated_ = false;            // a (non-sanity) validation has run in this fit
+  std::shared_ptr<FolderLock> lock_;  // rank 0, during fit
 };
 
 namespace detail {

@@ -1,9 +1,14 @@
 #include "volt/callbacks/prediction_writer.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
@@ -51,6 +56,35 @@ PredictionWriter::PredictionWriter(PredictionWriterOptions options) : options_(s
 void PredictionWriter::on_predict_start(Trainer& trainer, LightningModule&) {
   dir_ = options_.output_dir.empty() ? trainer.options().default_root_dir + "/predictions" : options_.output_dir;
   epoch_.clear();
+  namespace fs = std::filesystem;
+  const std::string mine = dir_ + "/rank_" + std::to_string(trainer.global_rank());
+  // Before any batch runs: a folder that cannot be written fails now, not after predicting them all.
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  VOLT_CHECK(!ec, ConfigError, "PredictionWriter: cannot create the output folder '", dir_, "': ", ec.message(),
+             "; set output_dir to a writable folder");
+  {
+    const std::string probe = mine + ".probe." + std::to_string(::getpid());
+    std::ofstream out(probe);
+    const bool ok = out.good();
+    const int err = errno;
+    out.close();
+    fs::remove(probe, ec);
+    VOLT_CHECK(ok, ConfigError, "PredictionWriter: cannot write into the output folder '", dir_,
+               "': ", std::strerror(err), "; set output_dir to a writable folder");
+  }
+  // This rank's files of an earlier predict would mix with the new ones (a batch file the new
+  // run does not overwrite): they go, with a warning.
+  std::vector<std::string> earlier;
+  for (const std::string& p : {mine + ".pt", mine})
+    if (fs::exists(p, ec)) earlier.push_back(p);
+  if (!earlier.empty()) {
+    spdlog::warn(
+        "PredictionWriter: removing an earlier predict's outputs of rank {} in '{}' so they do not mix "
+        "with this run's",
+        trainer.global_rank(), dir_);
+    for (const auto& p : earlier) fs::remove_all(p, ec);
+  }
 }
 
 void PredictionWriter::on_predict_batch_end(Trainer& trainer, LightningModule&, const Batch& outputs, const Batch&,

@@ -12,6 +12,8 @@
 /// "dataloader_<d>/batch_<i>/" in the epoch file — plus "sample_indices" (the dataset indices of
 /// the batch's samples; absent for iterable datasets), so predictions can be matched to inputs
 /// whatever the rank split. Every file is written atomically (temporary file, fsync, rename).
+/// At predict's start each rank checks that it can write into output_dir (a ConfigError before any
+/// batch otherwise) and removes its own files of an earlier predict there, with a warning.
 ///
 /// Ownership: owned by the Trainer (shared). Thread-safety: the training thread only.
 #include <string>

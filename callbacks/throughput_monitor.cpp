@@ -147,7 +147,8 @@ void ThroughputMonitor::on_train_batch_end(Trainer& t, LightningModule& m, const
   last_.clear();
   for (const auto& [k, v] : throughput_->compute()) last_[prefix + k] = v;
   const int64_t every = options_.log_every_n_steps > 0 ? options_.log_every_n_steps : t.options().log_every_n_steps;
-  if (t.logger() && t.global_step() % every == 0) t.logger()->log_metrics(last_, t.global_step());
+  if (t.global_step() % every == 0)
+    for (const auto& l : t.loggers()) l->log_metrics(last_, t.global_step());  // every logger, as Lightning's
 }
 
 }  // namespace volt

@@ -12,6 +12,10 @@
 
 namespace volt {
 
+namespace {
+constexpr double kMaxDurationSeconds = 999999999.0 * 86400;  // Python's timedelta.max
+}  // namespace
+
 Duration::Duration(const char* text) : Duration(parse(text)) {}
 Duration::Duration(const std::string& text) : Duration(parse(text)) {}
 
@@ -19,7 +23,9 @@ Duration Duration::parse(const std::string& text, const std::string& key) {
   int d = 0, h = 0, m = 0, s = 0;
   char tail = 0;
   const int n = std::sscanf(text.c_str(), "%d:%d:%d:%d%c", &d, &h, &m, &s, &tail);
-  VOLT_CHECK(n == 4 && d >= 0 && h >= 0 && m >= 0 && s >= 0, ConfigError, "config key '", key, "': '", text,
+  // "%d" reads "-00" as 0: a sign anywhere would turn "-00:00:00:05" into 5 seconds.
+  VOLT_CHECK(n == 4 && d >= 0 && h >= 0 && m >= 0 && s >= 0 && text.find_first_of("+-") == std::string::npos,
+             ConfigError, "config key '", key, "': '", text,
              "' is not a duration; write DD:HH:MM:SS (e.g. 00:12:00:00 for 12 hours) or a map {days, hours, "
              "minutes, seconds}");
   return Duration(((d * 24.0 + h) * 60.0 + m) * 60.0 + s);
@@ -39,6 +45,8 @@ void TimerOptions::validate(const std::string& prefix) const {
              ".interval': expected 'step' or 'epoch', got '", interval, "'");
   VOLT_CHECK(!duration || duration->seconds >= 0, ConfigError, "config key '", prefix,
              ".duration': must not be negative");
+  VOLT_CHECK(!duration || duration->seconds <= kMaxDurationSeconds, ConfigError, "config key '", prefix,
+             ".duration': ", duration->seconds, " seconds is longer than any run (at most 999999999 days)");
 }
 
 Timer::Timer(TimerOptions options, Clock clock) : options_(std::move(options)), clock_(std::move(clock)) {
@@ -146,6 +154,8 @@ Duration YamlCodec<Duration>::decode(const YAML::Node& n, const std::string& key
                "'; valid: weeks, days, hours, minutes, seconds, milliseconds");
   }
   VOLT_CHECK(total >= 0, ConfigError, "config key '", key, "': the duration must not be negative");
+  VOLT_CHECK(total <= kMaxDurationSeconds, ConfigError, "config key '", key, "': ", total,
+             " seconds is longer than any run (at most 999999999 days, Python's timedelta.max)");
   return Duration(total);
 }
 

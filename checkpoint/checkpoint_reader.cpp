@@ -1,10 +1,12 @@
 #include "volt/checkpoint/checkpoint_reader.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "volt/checkpoint/manifest.h"
@@ -65,14 +67,35 @@ void CheckpointReader::open() {
     meta_ = m.meta;
     manifest_ = m.tensors;
     // Every listed piece must be in its rank's file, with the listed size and dtype.
-    for (const auto& [section, by_name] : manifest_)
-      for (const auto& [name, t] : by_name)
+    int64_t relabeled = 0;
+    std::string first;
+    for (auto& [section, by_name] : manifest_)
+      for (auto& [name, t] : by_name) {
+        std::optional<at::ScalarType> stored;  // the dtype every piece's file holds, if they agree
         for (const auto& piece : t.pieces) {
           const ArchiveTensor* a = files_[static_cast<size_t>(piece.rank)]->find(section, name);
-          VOLT_CHECK(a != nullptr && a->numel == piece.length && a->dtype == t.dtype, CheckpointError,
-                     "sharded checkpoint '", path_, "': shard file '", files_[static_cast<size_t>(piece.rank)]->path(),
-                     "' lacks the piece of '", section, "/", name, "' the manifest lists (or it has another size)");
+          VOLT_CHECK(a != nullptr && a->numel == piece.length, CheckpointError, "sharded checkpoint '", path_,
+                     "': shard file '", files_[static_cast<size_t>(piece.rank)]->path(), "' lacks the piece of '",
+                     section, "/", name, "' the manifest lists (or it has another size)");
+          VOLT_CHECK(!stored || *stored == a->dtype, CheckpointError, "sharded checkpoint '", path_,
+                     "': the rank files hold pieces of '", section, "/", name, "' in two dtypes (", dtype_name(*stored),
+                     " and ", dtype_name(a->dtype), "); it is damaged");
+          stored = a->dtype;
         }
+        // volt before the fix of #29 declared every flat group's tensors as float32 while the rank
+        // files held bf16 or fp16 pieces: the files' (checksummed) dtype is the truth.
+        if (stored && *stored != t.dtype) {
+          if (relabeled++ == 0)
+            first = detail::str_cat("'", section, "/", name, "' declared ", dtype_name(t.dtype), ", held as ",
+                                    dtype_name(*stored));
+          t.dtype = *stored;
+        }
+      }
+    if (relabeled > 0)
+      spdlog::warn(
+          "sharded checkpoint '{}': manifest.yaml declares another dtype than its rank files hold for {} tensors "
+          "({}, ...); reading them as the files hold them (a manifest written by an older volt)",
+          path_, relabeled, first);
   } else {
     format_ = "full";
     files_.push_back(std::make_unique<ArchiveReader>(path_));

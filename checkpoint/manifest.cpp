@@ -2,6 +2,7 @@
 
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
+#include "volt/core/yaml_load.h"
 
 namespace volt::detail {
 
@@ -44,12 +45,12 @@ std::string encode_marker(int64_t world_size, const std::string& manifest_text) 
 Manifest decode_manifest(const std::string& text, const std::string& marker_text, const std::string& path) {
   YAML::Node marker, m;
   try {
-    marker = YAML::Load(marker_text);
+    marker = load_checkpoint_yaml(marker_text, str_cat("sharded checkpoint '", path, "': COMPLETE"));
     const std::string sum = hex64(xxh64(text.data(), text.size()));
     VOLT_CHECK(marker["manifest_xxh64"] && marker["manifest_xxh64"].as<std::string>() == sum, CheckpointError,
                "sharded checkpoint '", path,
                "': manifest.yaml does not match its checksum in COMPLETE (corrupted or edited)");
-    m = YAML::Load(text);
+    m = load_checkpoint_yaml(text, str_cat("sharded checkpoint '", path, "': manifest.yaml"));
   } catch (const YAML::Exception& e) {
     throw CheckpointError(str_cat("sharded checkpoint '", path, "': unreadable manifest or marker: ", e.what()));
   }

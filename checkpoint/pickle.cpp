@@ -9,6 +9,28 @@
 
 namespace volt::detail {
 
+PyObj::~PyObj() {
+  std::vector<Py> pending;
+  auto take = [&pending](PyObj& o) {
+    for (auto& v : o.items) pending.push_back(std::move(v));
+    for (auto& [k, v] : o.entries) {
+      pending.push_back(std::move(k));
+      pending.push_back(std::move(v));
+    }
+    pending.push_back(std::move(o.state));
+    pending.push_back(std::move(o.storage));
+    o.items.clear();
+    o.entries.clear();
+  };
+  take(*this);
+  while (!pending.empty()) {
+    Py p = std::move(pending.back());
+    pending.pop_back();
+    // The last owner empties it first, so its destructor below has nothing left to recurse into.
+    if (p && p.use_count() == 1) take(*p);
+  }
+}
+
 namespace {
 
 Py make(PyObj::Kind k) {

@@ -35,6 +35,12 @@ struct PyObj {
   Py storage;
   int64_t offset = 0;
   std::vector<int64_t> size, stride;
+
+  PyObj() = default;
+  PyObj(const PyObj&) = delete;
+  PyObj& operator=(const PyObj&) = delete;
+  /// Frees the values it holds one by one, not recursively: a pickle can nest 100,000 deep.
+  ~PyObj();
 };
 
 /// The value `data` (a whole pickle, up to its STOP) builds. Throws CheckpointError naming `where`.

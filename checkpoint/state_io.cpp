@@ -43,28 +43,39 @@ void for_each_slice_state(const OptimizerList& opt, const FlatGroup& g, const Fl
                            [&](const std::string&, const std::string& field, const torch::Tensor& t) { fn(field, t); });
 }
 
-/// Optimizer state fields present on any rank in any group (collective), in the canonical order.
-std::vector<std::string> group_fields(const StateLayout& layout, StateComm& comm) {
+/// The dtype of each optimizer state field of the groups, as the optimizers keep it (the
+/// parameters' dtype for LibTorch's optimizers: bf16 under bf16-true).
+using FieldDtypes = std::map<std::string, at::ScalarType>;
+
+/// Optimizer state fields present on any rank in any group (collective), in the canonical order,
+/// and (into `dtypes`) the dtype each is kept in, so the manifest declares what the rank files hold.
+std::vector<std::string> group_fields(const StateLayout& layout, StateComm& comm, FieldDtypes& dtypes) {
   const auto& all = optimizer_state_fields();
-  std::set<std::string> local;
+  std::map<std::string, at::ScalarType> local;
   if (!layout.optimizers.empty())
     for (const auto& g : layout.groups)
       for (const auto& s : g.slices)
         for_each_slice_state(layout.optimizers, g, s,
-                             [&](const std::string& f, const torch::Tensor&) { local.insert(f); });
-  torch::Tensor have = torch::zeros({static_cast<int64_t>(all.size())});
+                             [&](const std::string& f, const torch::Tensor& t) { local[f] = t.scalar_type(); });
+  // Per field: its dtype + 1 (0: this rank has none); a rank without a slice contributes 0.
+  torch::Tensor have = torch::zeros({static_cast<int64_t>(all.size())}, torch::kDouble);
   for (size_t i = 0; i < all.size(); ++i)
-    if (local.count(all[i])) have[static_cast<int64_t>(i)] = 1;
+    if (local.count(all[i])) have[static_cast<int64_t>(i)] = static_cast<double>(local.at(all[i])) + 1;
   if (comm.world_size() > 1) have = comm.all_reduce(have, ReduceOp::Max);
   std::vector<std::string> out;
-  for (size_t i = 0; i < all.size(); ++i)
-    if (have[static_cast<int64_t>(i)].item<float>() > 0) out.push_back(all[i]);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const auto code = static_cast<int>(have[static_cast<int64_t>(i)].item<double>());
+    if (code <= 0) continue;
+    out.push_back(all[i]);
+    dtypes[all[i]] = static_cast<at::ScalarType>(code - 1);
+  }
   return out;
 }
 
 /// This rank's optimizer state `field` of a group laid out as its shard (zeros where no slice has state).
-torch::Tensor local_field(const OptimizerList& opt, const FlatGroup& g, const std::string& field) {
-  torch::Tensor local = torch::zeros({g.shard_numel}, g.shard.options());
+torch::Tensor local_field(const OptimizerList& opt, const FlatGroup& g, const std::string& field,
+                          at::ScalarType dtype) {
+  torch::Tensor local = torch::zeros({g.shard_numel}, g.shard.options().dtype(dtype));
   for (const auto& s : g.slices)
     for_each_slice_state(opt, g, s, [&](const std::string& name, const torch::Tensor& t) {
       if (name == field) local.narrow(0, s.shard_offset, s.length).copy_(t.reshape({-1}));
@@ -108,7 +119,8 @@ GroupSteps steps_if_any(const StateLayout& layout, const std::vector<std::string
 void save_full(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm) {
   torch::NoGradGuard ng;
   auto rng = gather_rank_tensors(comm, header.rng_states);
-  const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm);
+  FieldDtypes dtypes;
+  const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm, dtypes);
   const GroupSteps steps = steps_if_any(layout, fields);
   const bool writer = comm.rank() == 0;
   std::unique_ptr<ArchiveWriter> w;
@@ -141,7 +153,7 @@ void save_full(const StateLayout& layout, const CheckpointHeader& header, const 
         });
         continue;
       }
-      torch::Tensor full = g.gather(local_field(layout.optimizers, g, field));
+      torch::Tensor full = g.gather(local_field(layout.optimizers, g, field, dtypes.at(field)));
       guarded([&] {
         for (const auto& e : g.entries)
           w->add(kOptimizerSection, e.name + "." + field, full.narrow(0, e.offset, e.numel).view(e.shape));
@@ -180,7 +192,8 @@ void add_whole(const StateLayout& layout, ShardedCheckpointWriter& sw) {
 
 /// One group's pieces in this rank's file, and (rank 0) every rank's pieces in the manifest.
 void add_group(const StateLayout& layout, const FlatGroup& g, const std::vector<std::string>& fields,
-               const std::vector<int64_t>& steps, int64_t rank, ShardedCheckpointWriter& sw) {
+               const FieldDtypes& dtypes, const std::vector<int64_t>& steps, int64_t rank,
+               ShardedCheckpointWriter& sw) {
   ArchiveWriter& file = sw.file();
   if (g.writes)
     for (const auto& s : g.slices) {
@@ -203,12 +216,12 @@ void add_group(const StateLayout& layout, const FlatGroup& g, const std::vector<
     for (int64_t q = 0; q < g.shard_size; ++q) {
       const int64_t lo = std::max(e.offset, q * S), hi = std::min(e.offset + e.numel, (q + 1) * S);
       if (lo >= hi) continue;
-      sw.declare(kModelSection, e.name, at::kFloat, e.shape, q, lo - e.offset, hi - lo);
+      sw.declare(kModelSection, e.name, g.shard.scalar_type(), e.shape, q, lo - e.offset, hi - lo);
       for (const auto& field : fields) {
         if (field == "step") {
           if (lo == e.offset) sw.declare(kOptimizerSection, e.name + ".step", at::kLong, {}, q, 0, 1);  // once
         } else {
-          sw.declare(kOptimizerSection, e.name + "." + field, at::kFloat, e.shape, q, lo - e.offset, hi - lo);
+          sw.declare(kOptimizerSection, e.name + "." + field, dtypes.at(field), e.shape, q, lo - e.offset, hi - lo);
         }
       }
     }
@@ -227,7 +240,8 @@ std::string shared_save_id(StateComm& comm) {
 
 void save_sharded(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm) {
   torch::NoGradGuard ng;
-  const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm);
+  FieldDtypes dtypes;
+  const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm, dtypes);
   const GroupSteps steps = steps_if_any(layout, fields);
   const int64_t rank = comm.rank(), world = comm.world_size();
   ShardedCheckpointWriter sw(
@@ -236,7 +250,8 @@ void save_sharded(const StateLayout& layout, const CheckpointHeader& header, con
   std::string error;
   try {
     for (size_t gi = 0; gi < layout.groups.size(); ++gi)
-      add_group(layout, layout.groups[gi], fields, steps.empty() ? std::vector<int64_t>{} : steps[gi], rank, sw);
+      add_group(layout, layout.groups[gi], fields, dtypes, steps.empty() ? std::vector<int64_t>{} : steps[gi], rank,
+                sw);
     if (rank == 0) add_whole(layout, sw);
     for (const auto& [k, v] : header.rng_states) {
       sw.file().add(kRngSection, "rank" + std::to_string(rank) + "." + k, v);

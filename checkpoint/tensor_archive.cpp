@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "volt/core/errors.h"
+#include "volt/core/yaml_load.h"
 
 namespace volt {
 
@@ -78,51 +79,10 @@ std::string zip_method_name(uint64_t method) {
 }
 
 /// The first entry of the zip at `path` that is not stored uncompressed (method 0), with its
-/// method, from the central directory (zip64 too). Nothing where the file does not parse as a zip:
-/// the reader's own checks report that.
-std::optional<std::pair<std::string, uint64_t>> first_compressed_entry(const std::string& path, uint64_t size) {
-  std::ifstream in(path, std::ios::binary);
-  auto read_at = [&](uint64_t off, uint64_t n) {
-    std::vector<unsigned char> b(static_cast<size_t>(n));
-    in.clear();
-    in.seekg(static_cast<std::streamoff>(off));
-    in.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(n));
-    if (static_cast<uint64_t>(in.gcount()) != n) b.clear();
-    return b;
-  };
-  // The end-of-central-directory record: 22 bytes plus a comment of up to 64 KiB, at the end.
-  const uint64_t tail_n = std::min<uint64_t>(size, 22 + 65535);
-  const auto tail = read_at(size - tail_n, tail_n);
-  if (tail.size() < 22) return std::nullopt;
-  int64_t eocd = -1;
-  for (int64_t i = static_cast<int64_t>(tail.size()) - 22; i >= 0; --i)
-    if (le(&tail[i], 4) == 0x06054b50) {
-      eocd = i;
-      break;
-    }
-  if (eocd < 0) return std::nullopt;
-  uint64_t entries = le(&tail[eocd + 10], 2), cd_size = le(&tail[eocd + 12], 4), cd_off = le(&tail[eocd + 16], 4);
-  if (entries == 0xFFFF || cd_size == 0xFFFFFFFF || cd_off == 0xFFFFFFFF) {
-    // zip64: a locator just before the record points at the zip64 end-of-central-directory record.
-    if (eocd < 20 || le(&tail[eocd - 20], 4) != 0x07064b50) return std::nullopt;
-    const auto rec = read_at(le(&tail[eocd - 20 + 8], 8), 56);
-    if (rec.size() < 56 || le(rec.data(), 4) != 0x06064b50) return std::nullopt;
-    entries = le(&rec[32], 8);
-    cd_size = le(&rec[40], 8);
-    cd_off = le(&rec[48], 8);
-  }
-  if (cd_off + cd_size > size || cd_size > (uint64_t{1} << 30)) return std::nullopt;
-  const auto cd = read_at(cd_off, cd_size);
-  uint64_t pos = 0;
-  for (uint64_t e = 0; e < entries && pos + 46 <= cd.size(); ++e) {
-    const unsigned char* h = &cd[pos];
-    if (le(h, 4) != 0x02014b50) return std::nullopt;
-    const uint64_t method = le(h + 10, 2), name_n = le(h + 28, 2);
-    const uint64_t next = pos + 46 + name_n + le(h + 30, 2) + le(h + 32, 2);
-    if (pos + 46 + name_n > cd.size()) return std::nullopt;
-    if (method != 0) return std::make_pair(std::string(reinterpret_cast<const char*>(h + 46), name_n), method);
-    pos = next;
-  }
+/// method. Nothing where the file does not parse as a zip: the reader's own checks report that.
+std::optional<std::pair<std::string, uint64_t>> first_compressed_entry(const std::string& path, uint64_t) {
+  for (const auto& e : detail::zip_entries(path))
+    if (e.method != 0) return std::make_pair(e.name, e.method);
   return std::nullopt;
 }
 
@@ -277,6 +237,69 @@ void atomic_write(const std::string& path, const char* data, size_t size) {
     throw CheckpointError(str_cat("renaming '", tmp, "' to '", path, "' failed: ", std::strerror(err)));
   }
   fsync_dir(target.has_parent_path() ? target.parent_path().string() : ".");
+}
+
+std::vector<ZipEntry> zip_entries(const std::string& path) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return {};
+  std::ifstream in(path, std::ios::binary);
+  auto read_at = [&](uint64_t off, uint64_t n) {
+    std::vector<unsigned char> b(static_cast<size_t>(n));
+    in.clear();
+    in.seekg(static_cast<std::streamoff>(off));
+    in.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(n));
+    if (static_cast<uint64_t>(in.gcount()) != n) b.clear();
+    return b;
+  };
+  // The end-of-central-directory record: 22 bytes plus a comment of up to 64 KiB, at the end.
+  const uint64_t tail_n = std::min<uint64_t>(size, 22 + 65535);
+  const auto tail = read_at(size - tail_n, tail_n);
+  if (tail.size() < 22) return {};
+  int64_t eocd = -1;
+  for (int64_t i = static_cast<int64_t>(tail.size()) - 22; i >= 0; --i)
+    if (le(&tail[i], 4) == 0x06054b50) {
+      eocd = i;
+      break;
+    }
+  if (eocd < 0) return {};
+  uint64_t entries = le(&tail[eocd + 10], 2), cd_size = le(&tail[eocd + 12], 4), cd_off = le(&tail[eocd + 16], 4);
+  if (entries == 0xFFFF || cd_size == 0xFFFFFFFF || cd_off == 0xFFFFFFFF) {
+    // zip64: a locator just before the record points at the zip64 end-of-central-directory record.
+    if (eocd < 20 || le(&tail[eocd - 20], 4) != 0x07064b50) return {};
+    const auto rec = read_at(le(&tail[eocd - 20 + 8], 8), 56);
+    if (rec.size() < 56 || le(rec.data(), 4) != 0x06064b50) return {};
+    entries = le(&rec[32], 8);
+    cd_size = le(&rec[40], 8);
+    cd_off = le(&rec[48], 8);
+  }
+  if (cd_off + cd_size > size || cd_size > (uint64_t{1} << 30)) return {};
+  const auto cd = read_at(cd_off, cd_size);
+  std::vector<ZipEntry> out;
+  uint64_t pos = 0;
+  for (uint64_t e = 0; e < entries && pos + 46 <= cd.size(); ++e) {
+    const unsigned char* h = &cd[pos];
+    if (le(h, 4) != 0x02014b50) return {};
+    const uint64_t method = le(h + 10, 2), name_n = le(h + 28, 2), extra_n = le(h + 30, 2);
+    const uint64_t next = pos + 46 + name_n + extra_n + le(h + 32, 2);
+    if (pos + 46 + name_n + extra_n > cd.size()) return {};
+    ZipEntry z;
+    z.name.assign(reinterpret_cast<const char*>(h + 46), name_n);
+    z.method = method;
+    z.uncompressed = le(h + 24, 4);
+    if (z.uncompressed == 0xFFFFFFFF) {
+      // zip64: the real size is the first field of the extra block 0x0001.
+      for (uint64_t x = 0; x + 4 <= extra_n;) {
+        const unsigned char* f = h + 46 + name_n + x;
+        const uint64_t id = le(f, 2), n = le(f + 2, 2);
+        if (id == 1 && n >= 8 && x + 4 + 8 <= extra_n) z.uncompressed = le(f + 4, 8);
+        x += 4 + n;
+      }
+    }
+    out.push_back(std::move(z));
+    pos = next;
+  }
+  return out;
 }
 
 }  // namespace detail
@@ -441,6 +464,16 @@ ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
   VOLT_CHECK(fs::is_regular_file(path_), CheckpointError, "checkpoint '", path_, "' is not a file");
   file_size_ = fs::file_size(path_);
   VOLT_CHECK(file_size_ > 0, CheckpointError, "checkpoint '", path_, "' is empty (truncated write?)");
+  {
+    // A safetensors file: an 8-byte header length, then its JSON header. Weights only, no run.
+    char head[9] = {0};
+    std::ifstream in(path_, std::ios::binary);
+    in.read(head, 9);
+    VOLT_CHECK(!(in.gcount() == 9 && head[8] == '{'), CheckpointError, "'", path_,
+               "' is a safetensors file: weights only, without the optimizer, loop and RNG state a checkpoint "
+               "resumes from. Load its weights into the model with volt::load_weights(module, \"",
+               path_, "\") (docs/checkpoints.md, \"Weights from elsewhere\") and train or evaluate without ckpt_path");
+  }
   // Tensors are read straight from the file at their offsets, so every entry must be stored
   // uncompressed, as volt and torch.save write them; a re-zipped file would otherwise look truncated.
   if (auto c = first_compressed_entry(path_, file_size_))
@@ -458,7 +491,8 @@ ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
                "' has no volt index: not a volt checkpoint (a plain torch.save file, or volt before format 2)");
     auto [data, size] = zip.getRecord(kIndexRecord);
     index_text.assign(static_cast<const char*>(data.get()), size);
-    YAML::Node index = YAML::Load(index_text);
+    YAML::Node index =
+        detail::load_checkpoint_yaml(index_text, detail::str_cat("checkpoint '", path_, "': its volt index"));
     VOLT_CHECK(index["format"] && index["format"].as<std::string>() == "volt", CheckpointError, "checkpoint '", path_,
                "' is not a volt checkpoint");
     const int64_t fv = index["format_version"].as<int64_t>();

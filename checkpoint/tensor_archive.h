@@ -129,6 +129,14 @@ void fsync_dir(const std::string& dir);
 /// its `numel` elements.
 void check_flat_range(const std::string& path, const std::string& section, const std::string& name, int64_t start,
                       int64_t length, int64_t numel);
+/// One entry of a zip's central directory: its name, compression method (0: stored) and the size
+/// it declares once decompressed (zip64 sizes included).
+struct ZipEntry {
+  std::string name;
+  uint64_t method = 0, uncompressed = 0;
+};
+/// The entries of the zip at `path` (empty when it does not parse as a zip), without reading any.
+std::vector<ZipEntry> zip_entries(const std::string& path);
 }  // namespace detail
 
 }  // namespace volt

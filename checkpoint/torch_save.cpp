@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "volt/checkpoint/pickle.h"
+#include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
 
 namespace volt {
@@ -38,8 +39,15 @@ const Py* dict_get(const PyObj& d, const std::string& key) {
 
 }  // namespace
 
+/// The most data.pkl may hold decompressed: a pickle describes tensors, it does not hold them (a
+/// state dict of 100,000 tensors pickles to about 10 MB).
+constexpr uint64_t kMaxPickleBytes = uint64_t{256} << 20;
+
 struct TorchSaveReader::Impl {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
+  /// Record name (without the archive's folder) -> the size it declares decompressed, for the
+  /// compressed records: checked before LibTorch allocates that much to inflate one.
+  std::map<std::string, uint64_t> inflated;
   std::map<std::string, Py> tensors;
   std::map<std::string, Info> infos;
   std::string where;
@@ -87,6 +95,13 @@ struct TorchSaveReader::Impl {
         for (size_t i = 0; i < v->items.size(); ++i) walk(v->items[i], join(name, std::to_string(i)));
         break;
       case PyObj::Kind::Object:
+        // Tensors of another layout than strided are rebuilt by their own functions: say so,
+        // rather than report them missing.
+        for (const char* kind : {"sparse", "qtensor", "nested", "mkldnn"})
+          VOLT_CHECK(v->s.rfind(std::string("torch._utils._rebuild_") + kind, 0) != 0, CheckpointError, where,
+                     ": tensor '", name, "' is a ", kind == std::string("qtensor") ? "quantized" : kind, " tensor (",
+                     v->s, "); volt loads dense (strided) tensors only: save it converted ",
+                     "(t.to_dense(), t.dequantize())");
         if (v->state && v->state->kind == PyObj::Kind::Dict && dict_get(*v->state, "_parameters") &&
             dict_get(*v->state, "_modules")) {
           walk_module(*v->state, name);
@@ -125,6 +140,12 @@ TorchSaveReader::TorchSaveReader(std::string path) : path_(std::move(path)), imp
   impl_->names = &names_;
   VOLT_CHECK(std::filesystem::is_regular_file(path_), CheckpointError, where, " does not exist or is not a file");
   std::string pickle;
+  for (const auto& e : detail::zip_entries(path_))
+    if (e.method != 0) impl_->inflated[e.name.substr(e.name.find('/') + 1)] = e.uncompressed;
+  if (auto it = impl_->inflated.find("data.pkl"); it != impl_->inflated.end())
+    VOLT_CHECK(it->second <= kMaxPickleBytes, CheckpointError, where, ": its compressed data.pkl declares ", it->second,
+               " bytes once inflated; a torch.save pickle is far smaller (at most ", kMaxPickleBytes,
+               " bytes are read): refused as damaged or hostile");
   try {
     impl_->zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path_);
     VOLT_CHECK(impl_->zip->hasRecord("data.pkl"), CheckpointError, where,
@@ -165,6 +186,11 @@ torch::Tensor TorchSaveReader::read(const std::string& name) const {
   const std::string record = "data/" + s.key;
   at::DataPtr data;
   size_t size = 0;
+  const size_t need = static_cast<size_t>(s.numel) * c10::elementSize(s.dtype);
+  if (auto it = impl_->inflated.find(record); it != impl_->inflated.end())
+    VOLT_CHECK(it->second <= need, CheckpointError, impl_->where, ": the compressed record '", record, "' of tensor '",
+               name, "' declares ", it->second, " bytes once inflated, its storage ", need,
+               " bytes: refused as damaged or hostile");
   try {
     VOLT_CHECK(impl_->zip->hasRecord(record), CheckpointError, impl_->where, " lacks the record '", record,
                "' of tensor '", name, "' (damaged)");
@@ -173,7 +199,6 @@ torch::Tensor TorchSaveReader::read(const std::string& name) const {
     throw CheckpointError(detail::str_cat(impl_->where, ": reading tensor '", name,
                                           "' failed: ", std::string(e.what_without_backtrace()).substr(0, 300)));
   }
-  const size_t need = static_cast<size_t>(s.numel) * c10::elementSize(s.dtype);
   VOLT_CHECK(size >= need, CheckpointError, impl_->where, ": the storage of tensor '", name, "' holds ", size,
              " bytes, fewer than its ", need, " (damaged)");
   at::Storage storage(at::Storage::use_byte_size_t(), size, std::move(data), /*allocator=*/nullptr,

@@ -3,16 +3,13 @@
 #include "volt/cli/config_files.h"
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
+#include "volt/core/yaml_load.h"
 
 namespace volt::detail {
 
 namespace {
 YAML::Node parse_value(const std::string& key, const std::string& value) {
-  try {
-    return YAML::Load(value);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(str_cat("override --", key, ": cannot parse value '", value, "': ", e.what()));
-  }
+  return load_yaml(value, "override --" + key + ": cannot parse value '" + value + "'");
 }
 }  // namespace
 

@@ -21,8 +21,10 @@
 #include "volt/cli/cli_help.h"
 #include "volt/cli/config_files.h"
 #include "volt/cli/consolidate.h"
+#include "volt/cli/launch_flags.h"
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
+#include "volt/distributed/elastic_agent.h"
 #include "volt/trainer/trainer.h"
 
 namespace volt {
@@ -197,6 +199,7 @@ YAML::Node CLI::load(const std::vector<std::string>& config_files, const std::ve
     const auto eq = o.find('=');
     const std::string key = o.substr(0, eq), value = eq == std::string::npos ? "" : o.substr(eq + 1);
     const std::string head = key.substr(0, key.find('.'));
+    detail::check_section_override(key, value);
     if (head == "model" || head == "data")
       detail::override_class_section(root, head, key.size() > head.size() ? key.substr(head.size() + 1) : "", value);
     else
@@ -230,6 +233,9 @@ CLI::Resolved CLI::resolve_config(const YAML::Node& config) const {
   const std::optional<int64_t> seed = top["seed_everything"] ? detail::YamlCodec<std::optional<int64_t>>::decode(
                                                                    top["seed_everything"], "seed_everything")
                                                              : std::nullopt;
+  VOLT_CHECK(!seed || (*seed >= 0 && *seed <= TrainerOptions::kMaxSeed), ConfigError,
+             "config key 'seed_everything': ", seed.value_or(0), " is out of range; a seed is from 0 to ",
+             TrainerOptions::kMaxSeed, " (as Lightning's seed_everything), or null for none");
   if (seed && !r.trainer.seed) r.trainer.seed = seed;
   r.trainer.validate();
   if (top["ckpt_path"])
@@ -313,6 +319,9 @@ int CLI::run(const cli::Command& command) {
     std::cout << YAML::Dump(r.yaml) << std::endl;
     return 0;
   }
+  // trainer.max_restarts: this process becomes the node's restart agent and trains nothing itself.
+  if (stage == "fit")
+    if (auto code = run_elastic(r.trainer.max_restarts, r.trainer.devices, r.trainer.num_nodes)) return *code;
   if (r.trainer.seed) torch::manual_seed(static_cast<uint64_t>(*r.trainer.seed));
 
   std::shared_ptr<LightningDataModule> data = r.data->make(r.data_args, r.data_prefix);
@@ -366,6 +375,7 @@ int CLI::run(const cli::Command& command) {
     if (trainer.is_global_zero())
       for (const auto& [k, v] : metrics) std::cout << k << ": " << v << "\n";
   }
+  trainer.wait_for_ranks();  // a rank that fails after this one finished fails the command too
   return 0;
 }
 
@@ -387,6 +397,7 @@ int CLI::main(int argc, char** argv) {
 
     cli::Command command{first, YAML::Node(), false};
     std::vector<std::string> configs, overrides;
+    std::map<std::string, std::string> launch;
     for (int i = 2; i < argc; ++i) {
       std::string s = argv[i];
       VOLT_CHECK(s.rfind("--", 0) == 0, ConfigError, "unexpected argument '", s, "'\n", usage());
@@ -406,9 +417,12 @@ int CLI::main(int argc, char** argv) {
       }
       if (key == "config")
         configs.push_back(value);
+      else if (detail::is_launch_flag(key))
+        launch[key] = value;
       else
         overrides.push_back(key + "=" + value);
     }
+    detail::export_launch_flags(launch);
     VOLT_CHECK(!configs.empty(), ConfigError, first,
                ": no --config FILE given (a run needs its trainer, model and data sections)\n", usage());
     command.config = load(configs, overrides);

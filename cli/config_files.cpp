@@ -10,6 +10,7 @@
 #include "volt/cli/cli.h"
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
+#include "volt/core/yaml_load.h"
 
 namespace volt {
 
@@ -26,6 +27,12 @@ std::string read_config_text(const std::string& path) {
   VOLT_CHECK(!ec, ConfigError, "config file '", path, "': ", ec.message());
   VOLT_CHECK(st.type() != fs::file_type::directory, ConfigError, "config file '", path,
              "' is a folder; --config takes a YAML file");
+  // A configuration is a few kilobytes; parsing tens of megabytes takes seconds and gigabytes.
+  constexpr uintmax_t kMaxConfigBytes = uintmax_t{8} << 20;
+  const uintmax_t bytes = fs::file_size(path, ec);
+  VOLT_CHECK(ec || bytes <= kMaxConfigBytes, ConfigError, "config file '", path, "' is ", bytes / (1 << 20),
+             " MiB; a config is at most ", kMaxConfigBytes >> 20,
+             " MiB (data belongs in the data module, not in the config): is it the right file?");
   std::ifstream in(path, std::ios::binary);
   VOLT_CHECK(in.good(), ConfigError, "config file '", path, "' cannot be read: ", std::strerror(errno));
   std::ostringstream os;
@@ -52,12 +59,7 @@ void check_unique_keys(const YAML::Node& n, const std::string& where, const std:
 }  // namespace
 
 YAML::Node read_config_file(const std::string& path) {
-  YAML::Node file;
-  try {
-    file = YAML::Load(read_config_text(path));
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(str_cat("config file '", path, "': ", e.what()));
-  }
+  const YAML::Node file = load_yaml(read_config_text(path), "config file '" + path + "'");
   if (file.IsNull()) return file;
   VOLT_CHECK(file.IsMap(), ConfigError, "config file '", path, "': the top level must be a map");
   check_unique_keys(file, path, "");
@@ -74,6 +76,15 @@ void merge_yaml(YAML::Node base, const YAML::Node& over) {
   }
 }
 
+void check_section_override(const std::string& key, const std::string& value) {
+  if (key != "trainer" && key != "model" && key != "data") return;
+  const YAML::Node parsed = load_yaml(value, "override --" + key + ": cannot parse value '" + value + "'");
+  VOLT_CHECK(!parsed.IsNull(), ConfigError, "override --", key, "=", value, ": setting the whole '", key,
+             "' section to null would silently drop every ", key,
+             " key the config files set; override its keys one by one (--", key,
+             ".KEY=VALUE), or remove the section from the config file");
+}
+
 }  // namespace detail
 
 namespace cli {
@@ -86,6 +97,7 @@ YAML::Node load_configs(const std::vector<std::string>& paths, const std::vector
   }
   for (const auto& o : overrides) {
     const auto eq = o.find('=');
+    detail::check_section_override(o.substr(0, eq), eq == std::string::npos ? "" : o.substr(eq + 1));
     apply_override(root, o.substr(0, eq), o.substr(eq + 1));
   }
   return root;

@@ -11,5 +11,8 @@ namespace volt::detail {
 YAML::Node read_config_file(const std::string& path);
 /// `over` merged into `base`: maps key by key, anything else replaced (LightningCLI's order).
 void merge_yaml(YAML::Node base, const YAML::Node& over);
+/// Refuses (ConfigError naming the key) an override that sets a whole section (trainer, model,
+/// data) to null: it would silently drop everything the config files set there.
+void check_section_override(const std::string& key, const std::string& value);
 
 }  // namespace volt::detail

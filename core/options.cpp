@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "volt/core/yaml_load.h"
+
 namespace volt {
 
 int64_t BatchLimit::apply(int64_t available) const {
@@ -117,11 +119,14 @@ void apply_override(YAML::Node& root, const std::string& dotted_key, const std::
     VOLT_CHECK(!p.empty(), ConfigError, "malformed override key '", dotted_key, "'");
     parts.push_back(p);
   }
-  YAML::Node parsed;
-  try {
-    parsed = YAML::Load(value);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(detail::str_cat("override --", dotted_key, ": cannot parse value '", value, "': ", e.what()));
+  YAML::Node parsed = detail::load_yaml(value, "override --" + dotted_key + ": cannot parse value '" + value + "'");
+  // "runs/x #1" is a path to the user, but YAML reads " #1" as a comment and drops it: a scalar
+  // that lost a '#' this way is taken as the text given.
+  const size_t hash = value.find('#');
+  const bool comment = hash != std::string::npos && (hash == 0 || value[hash - 1] == ' ' || value[hash - 1] == '\t');
+  if (comment && (parsed.IsNull() || (parsed.IsScalar() && parsed.Scalar().find('#') == std::string::npos))) {
+    const size_t b = value.find_first_not_of(" \t"), e = value.find_last_not_of(" \t");
+    parsed = YAML::Node(value.substr(b, e - b + 1));
   }
   // Walk down, creating maps as needed. yaml-cpp nodes are handles, so assignment writes through.
   std::vector<YAML::Node> path{root};

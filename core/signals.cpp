@@ -33,4 +33,6 @@ StopSignals::~StopSignals() {
 
 int StopSignals::requested() { return static_cast<int>(g_stop_signal); }
 
+bool StopSignals::active() { return g_depth > 0; }
+
 }  // namespace volt::detail

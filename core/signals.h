@@ -22,6 +22,9 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
   /// The signal received since the guard was made (0 if none).
   static int requested();
+  /// Whether a guard is alive (fit is running): loops outside the fit loop (validation, the sanity
+  /// check) poll requested() only then.
+  static bool active();
 
  private:
   struct sigaction old_int_ {

@@ -13,8 +13,21 @@
 
 namespace volt {
 
-CSVLogger::CSVLogger(const std::string& root_dir, const std::string& name, int64_t version)
-    : name_(name), version_(version) {
+namespace {
+/// A column name as Python's csv module writes it (QUOTE_MINIMAL, what Lightning's CSVLogger uses):
+/// quoted, with quotes doubled, when it holds a comma, a quote or a line break.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+}  // namespace
+
+CSVLogger::CSVLogger(const std::string& root_dir, const std::string& name, int64_t version,
+                     int64_t flush_logs_every_n_steps)
+    : name_(name), version_(version), flush_every_(flush_logs_every_n_steps) {
+  VOLT_CHECK(flush_every_ >= 1, ConfigError, "CSVLogger: flush_logs_every_n_steps must be >= 1, got ", flush_every_);
   log_dir_ = detail::make_version_dir(root_dir, name, version_);
 }
 
@@ -28,6 +41,7 @@ void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_
     }
   }
   rows_.push_back(std::move(row));
+  if ((step + 1) % flush_every_ == 0) flush();
 }
 
 void CSVLogger::flush() {
@@ -51,7 +65,7 @@ void CSVLogger::flush() {
     // New columns: rewrite the whole file with the new header (Lightning does the same), through a
     // temporary file so a failed write (a full disk) leaves the previous metrics.csv whole.
     std::ostringstream text;
-    for (size_t i = 0; i < keys_.size(); ++i) text << (i ? "," : "") << keys_[i];
+    for (size_t i = 0; i < keys_.size(); ++i) text << (i ? "," : "") << csv_field(keys_[i]);
     text << '\n';
     for (const auto& r : rows_) text << format_row(r) << '\n';
     const std::string tmp = path + ".tmp";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 
 #include "volt/core/errors.h"
@@ -77,6 +78,18 @@ void LoggerOptions::validate() {
     VOLT_CHECK(!loggers[i].name.empty(), ConfigError, "config key '", key, ".init_args.name': must not be empty");
     VOLT_CHECK(!loggers[i].version || *loggers[i].version >= 0, ConfigError, "config key '", key,
                ".init_args.version': must be >= 0 or null, got ", loggers[i].version.value_or(0));
+    VOLT_CHECK(loggers[i].flush_logs_every_n_steps >= 1, ConfigError, "config key '", key,
+               ".init_args.flush_logs_every_n_steps': must be >= 1, got ", loggers[i].flush_logs_every_n_steps);
+    VOLT_CHECK(loggers[i].flush_secs >= 0 && std::isfinite(loggers[i].flush_secs), ConfigError, "config key '", key,
+               ".init_args.flush_secs': must be a number of seconds >= 0, got ", loggers[i].flush_secs);
+    for (size_t j = 0; j < i; ++j) {
+      const LoggerConfig &a = loggers[j], &b = loggers[i];
+      VOLT_CHECK(!(a.kind == kind && a.save_dir == b.save_dir && a.name == b.name && a.version == b.version),
+                 ConfigError, "config key '", key, "': a second ", b.class_name(), " with the same save_dir, name ",
+                 "and version as trainer.logger[", j,
+                 "] would write into the same folder (their files would collide); give one another name or "
+                 "version, or remove it");
+    }
     VOLT_CHECK(kind != "tensorboard" || TensorBoardLogger::available(), ConfigError, "config key '", key,
                "': this volt was built without libprotobuf, so it has no TensorBoard logger (Debian: "
                "libprotobuf-dev protobuf-compiler, see scripts/install-deps.sh); use csv");
@@ -94,12 +107,17 @@ std::vector<std::shared_ptr<Logger>> create_loggers(const LoggerOptions& options
     std::shared_ptr<Logger> l;
     const std::string kind = normalize_logger_kind(c.kind);
     if (kind == "tensorboard")
-      l = std::make_shared<TensorBoardLogger>(dir, c.name, version, c.default_hp_metric);
+      l = std::make_shared<TensorBoardLogger>(dir, c.name, version, c.default_hp_metric, c.flush_secs);
     else if (kind == "csv")
-      l = std::make_shared<CSVLogger>(dir, c.name, version);
+      l = std::make_shared<CSVLogger>(dir, c.name, version, c.flush_logs_every_n_steps);
     else
       VOLT_CHECK(false, ConfigError, "unknown logger '", c.kind, "'; ", kChoices);
     if (!c.version && it == shared.end()) shared[{dir, c.name}] = l->version();
+    for (size_t j = 0; j < out.size(); ++j)
+      VOLT_CHECK(out[j]->log_dir() != l->log_dir() || normalize_logger_kind(options.loggers[j].kind) != kind,
+                 ConfigError, "config key 'trainer.logger[", out.size(), "]': a second ", c.class_name(),
+                 " writing into '", l->log_dir(), "' as trainer.logger[", j,
+                 "] does (their files would collide); give one another name or version, or remove it");
     out.push_back(std::move(l));
   }
   return out;
@@ -128,7 +146,7 @@ YAML::Node YamlCodec<LoggerOptions>::encode(const LoggerOptions& v) {
   const LoggerConfig d;
   const auto& only = v.loggers.front();
   if (v.loggers.size() == 1 && normalize_logger_kind(only.kind) == "csv" && only.save_dir == d.save_dir &&
-      only.name == d.name && only.version == d.version)
+      only.name == d.name && only.version == d.version && only.flush_logs_every_n_steps == d.flush_logs_every_n_steps)
     return YAML::Node(true);
   YAML::Node out(YAML::NodeType::Sequence);
   for (auto c : v.loggers) {

@@ -5,9 +5,12 @@
 ///   logger: [csv, tensorboard]   # several: each gets every metric
 ///   logger:                      # LightningCLI's form, with constructor arguments
 ///     - class_path: TensorBoardLogger
-///       init_args: {save_dir: tb, name: exp, version: 3, default_hp_metric: false}
+///       init_args: {save_dir: tb, name: exp, version: 3, default_hp_metric: false, flush_secs: 120}
+///     - class_path: CSVLogger
+///       init_args: {flush_logs_every_n_steps: 100}
 /// C++: options.logger = false; options.logger = "tensorboard"; options.logger = {"csv", "tensorboard"};
-/// Loggers with the same save_dir and name and no version write into one version_N folder.
+/// Loggers with the same save_dir and name and no version write into one version_N folder; two
+/// loggers of one kind writing into one folder are refused (their files would collide).
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -26,8 +29,10 @@ struct LoggerConfig {
   std::string kind = "csv";  ///< "csv" or "tensorboard" (class names are accepted and normalized)
   std::string save_dir;      ///< "" = trainer.default_root_dir
   std::string name = "lightning_logs";
-  std::optional<int64_t> version;  ///< none = the next free version_N
-  bool default_hp_metric = true;   ///< tensorboard: hp_metric = -1 when no metric is given
+  std::optional<int64_t> version;          ///< none = the next free version_N
+  bool default_hp_metric = true;           ///< tensorboard: hp_metric = -1 when no metric is given
+  int64_t flush_logs_every_n_steps = 100;  ///< csv: metrics.csv written when (step + 1) is a multiple
+  double flush_secs = 120;                 ///< tensorboard: events written at most this long after logging
 
   LoggerConfig() = default;
   LoggerConfig(const char* k) : kind(k) {}             // NOLINT: implicit on purpose
@@ -36,7 +41,8 @@ struct LoggerConfig {
   template <class V>
   void visit(V& v) {
     v("save_dir", save_dir)("name", name)("version", version);
-    if (kind == "tensorboard") v("default_hp_metric", default_hp_metric);
+    if (kind == "tensorboard") v("default_hp_metric", default_hp_metric)("flush_secs", flush_secs);
+    if (kind == "csv") v("flush_logs_every_n_steps", flush_logs_every_n_steps);
   }
   /// "CSVLogger" or "TensorBoardLogger".
   std::string class_name() const;

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +24,10 @@
 namespace volt {
 
 namespace {
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -121,8 +126,10 @@ bool TensorBoardLogger::available() {
 }
 
 TensorBoardLogger::TensorBoardLogger(const std::string& save_dir, const std::string& name, int64_t version,
-                                     bool default_hp_metric)
-    : name_(name), version_(version), default_hp_metric_(default_hp_metric) {
+                                     bool default_hp_metric, double flush_secs)
+    : name_(name), version_(version), default_hp_metric_(default_hp_metric), flush_secs_(flush_secs) {
+  VOLT_CHECK(flush_secs_ >= 0 && std::isfinite(flush_secs_), ConfigError,
+             "TensorBoardLogger: flush_secs must be a number >= 0, got ", flush_secs_);
   VOLT_CHECK(available(), ConfigError,
              "the TensorBoard logger needs volt built with libprotobuf and protoc (Debian: libprotobuf-dev "
              "protobuf-compiler, see scripts/install-deps.sh); this build has neither: use logger: csv");
@@ -141,7 +148,10 @@ TensorBoardLogger::~TensorBoardLogger() = default;  // the writer flushes what i
 
 void TensorBoardLogger::write_event(const std::string& serialized_event) { writer_->write(serialized_event); }
 
-void TensorBoardLogger::flush() { writer_->flush(); }
+void TensorBoardLogger::flush() {
+  writer_->flush();
+  last_flush_ = steady_seconds();
+}
 
 void TensorBoardLogger::save_config(const YAML::Node& config) { write_yaml(log_dir_ + "/config.yaml", config); }
 
@@ -155,6 +165,7 @@ void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics
     v->set_simple_value(static_cast<float>(value));
     write_event(e.SerializeAsString());
   }
+  if (steady_seconds() - last_flush_ >= flush_secs_) flush();
 }
 
 void TensorBoardLogger::log_hyperparams(const YAML::Node& hparams, const std::map<std::string, double>& metrics) {

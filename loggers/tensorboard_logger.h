@@ -9,7 +9,9 @@
 ///     _hparams_/session_start_info, _hparams_/session_end_info) as torch.utils.tensorboard writes
 ///     them, the metrics at step 0 (hp_metric = -1 by default, as Lightning), and hparams.yaml;
 ///   - log_text: the text plugin's summary (tag + "/text_summary", a DT_STRING tensor).
-/// Records reach the file on flush() (the Trainer flushes at each epoch end and when a run ends).
+/// Records reach the file on flush(): when `flush_secs` seconds have passed since the last one (checked
+/// as metrics are logged, as SummaryWriter's flush_secs), at every checkpoint save, at each epoch end
+/// and when a run ends.
 /// The Trainer creates its loggers on global rank 0 only. Not thread-safe.
 #include <map>
 #include <memory>
@@ -24,10 +26,11 @@ class TensorBoardLogger : public Logger {
  public:
   /// Creates <save_dir>/<name>/version_N (the next free N, or `version` if >= 0) and a new event
   /// file in it. `default_hp_metric`: log_hyperparams without metrics logs hp_metric = -1 so the
-  /// HParams dashboard lists the run (Lightning's default). Throws ConfigError when the folder
-  /// cannot be created or this build has no protobuf (see available()).
+  /// HParams dashboard lists the run (Lightning's default). `flush_secs`: the longest time events
+  /// stay buffered while metrics are logged (0: every log_metrics). Throws ConfigError when the
+  /// folder cannot be created, flush_secs < 0 or this build has no protobuf (see available()).
   explicit TensorBoardLogger(const std::string& save_dir, const std::string& name = "lightning_logs",
-                             int64_t version = -1, bool default_hp_metric = true);
+                             int64_t version = -1, bool default_hp_metric = true, double flush_secs = 120);
   ~TensorBoardLogger() override;
 
   /// Whether this build of volt can write event files (it was built with libprotobuf).
@@ -57,6 +60,8 @@ class TensorBoardLogger : public Logger {
   int64_t version_;
   std::string log_dir_;
   bool default_hp_metric_;
+  double flush_secs_;
+  double last_flush_ = 0;  // steady-clock seconds
   std::unique_ptr<detail::TFRecordWriter> writer_;
 };
 

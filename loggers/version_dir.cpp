@@ -1,5 +1,7 @@
 #include "volt/loggers/version_dir.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -32,8 +34,19 @@ std::string make_version_dir(const std::string& save_dir, const std::string& nam
   std::error_code ec;
   fs::create_directories(base, ec);
   VOLT_CHECK(!ec, ConfigError, "cannot create log directory '", base.string(), "': ", ec.message());
-  if (version < 0) version = next_version(save_dir, name);
+  const bool explicit_version = version >= 0;
+  if (!explicit_version) version = next_version(save_dir, name);
   const std::string dir = (base / ("version_" + std::to_string(version))).string();
+  if (explicit_version) {
+    std::string earlier;
+    for (const char* f : {"metrics.csv", "hparams.yaml", "config.yaml"})
+      if (fs::exists(fs::path(dir) / f, ec)) earlier += (earlier.empty() ? "" : ", ") + std::string(f);
+    if (!earlier.empty())
+      spdlog::warn(
+          "logger: the log directory '{}' (version {}) already holds an earlier run's {}; this run replaces them. "
+          "Leave version unset for a new version_N folder",
+          dir, version, earlier);
+  }
   fs::create_directories(dir, ec);
   VOLT_CHECK(!ec, ConfigError, "cannot create log directory '", dir, "': ", ec.message());
   return dir;

@@ -4,7 +4,10 @@
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "volt/core/errors.h"
 
@@ -38,10 +41,20 @@ void PyTorchProfiler::setup(const std::string& stage, const std::string& dir, in
   SimpleProfiler::setup(stage, dir, rank);
   recording_.reset();
   const std::string d = trace_dirpath_.empty() ? (dir.empty() ? "." : dir) : trace_dirpath_;
-  std::filesystem::create_directories(d);
+  std::error_code ec;
+  std::filesystem::create_directories(d, ec);
+  VOLT_CHECK(!ec, ConfigError, "trainer.profiler: pytorch: cannot create the trace folder '", d, "': ", ec.message(),
+             "; set trainer.profiler.init_args.dirpath to a writable folder");
   trace_path_ =
       (std::filesystem::path(d) / (trace_filename_ + (rank > 0 ? "-rank" + std::to_string(rank) : "") + ".json"))
           .string();
+  {
+    // LibTorch's RecordProfile opens the file without checking it: a trace that cannot be written
+    // would be lost silently at the end of the run.
+    std::ofstream probe(trace_path_, std::ios::trunc);
+    VOLT_CHECK(probe.good(), ConfigError, "trainer.profiler: pytorch: cannot write the trace '", trace_path_,
+               "': ", std::strerror(errno), "; set trainer.profiler.init_args.dirpath to a writable folder");
+  }
   try {
     recording_ = std::make_unique<torch::autograd::profiler::RecordProfile>(trace_path_);
   } catch (const std::exception& e) {
@@ -51,13 +64,20 @@ void PyTorchProfiler::setup(const std::string& stage, const std::string& dir, in
 }
 
 void PyTorchProfiler::teardown() {
-  if (recording_) try {
+  std::string error;
+  if (recording_) {
+    try {
       recording_.reset();  // writes the trace
-      spdlog::info("PyTorchProfiler: Chrome trace written to {}", trace_path_);
     } catch (const std::exception& e) {
-      spdlog::warn("PyTorchProfiler: could not write {}: {}", trace_path_, e.what());
+      error = e.what();
     }
-  SimpleProfiler::teardown();
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(trace_path_, ec);
+    if (error.empty() && (ec || size == 0)) error = ec ? ec.message() : "nothing was written (a full disk?)";
+    if (error.empty()) spdlog::info("PyTorchProfiler: Chrome trace written to {}", trace_path_);
+  }
+  SimpleProfiler::teardown();  // the table, whatever became of the trace
+  VOLT_CHECK(error.empty(), Error, "PyTorchProfiler: the Chrome trace '", trace_path_, "' was not written: ", error);
 }
 
 }  // namespace volt

@@ -30,9 +30,11 @@ class PyTorchProfiler : public SimpleProfiler {
 
   void* start(std::string_view action) override;
   void stop(std::string_view action, double seconds, void* token) override;
-  /// Starts LibTorch's profiler on the calling thread.
+  /// Starts LibTorch's profiler on the calling thread. Throws ConfigError naming the trace when
+  /// its folder cannot be created or the trace cannot be written there.
   void setup(const std::string& stage, const std::string& dir, int64_t rank) override;
-  /// Stops it and writes the trace, then the table (SimpleProfiler::teardown).
+  /// Stops it and writes the trace, then the table (SimpleProfiler::teardown). Throws volt::Error
+  /// naming the trace when it could not be written (after the table).
   void teardown() override;
 
   /// The trace's path (set by setup()).

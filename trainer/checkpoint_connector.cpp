@@ -122,8 +122,7 @@ std::vector<CheckpointConnector::Entry> CheckpointConnector::entries() {
   return out;
 }
 
-std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path) const {
-  if (ckpt_path != "last") return ckpt_path;
+std::string CheckpointConnector::find_last() const {
   for (auto& c : callbacks_)
     if (auto* mc = dynamic_cast<ModelCheckpoint*>(c.get())) {
       const std::string p = mc->last_model_path_on_disk(trainer_);
@@ -131,7 +130,40 @@ std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path)
     }
   // validate / test have no checkpoint callback: look where fit's default one writes, as
   // Lightning finds "last" on disk.
-  const std::string p = ModelCheckpoint().last_model_path_on_disk(trainer_);
+  return ModelCheckpoint().last_model_path_on_disk(trainer_);
+}
+
+std::string CheckpointConnector::find_best() const {
+  // As Lightning: the first ModelCheckpoint (trainer.checkpoint_callback) decides.
+  const ModelCheckpoint* first = nullptr;
+  int64_t count = 0;
+  for (auto& c : callbacks_)
+    if (auto* mc = dynamic_cast<ModelCheckpoint*>(c.get())) {
+      if (!first) first = mc;
+      ++count;
+    }
+  VOLT_CHECK(first != nullptr, CheckpointError,
+             "ckpt_path='best' is set but no ModelCheckpoint is configured (enable_checkpointing is off); give the "
+             "checkpoint's path instead");
+  VOLT_CHECK(
+      !first->best_model_path().empty(), CheckpointError,
+      "ckpt_path='best' is set but the ModelCheckpoint has no best checkpoint (best_model_path is empty): "
+      "'best' is the best checkpoint of a fit this Trainer ran (as in Lightning), and none was saved yet. "
+      "Run fit first with the same Trainer, or give the checkpoint's path (e.g. ckpt_path=last or a file under '",
+      options_.default_root_dir, "/checkpoints')");
+  if (count > 1 && strategy_.is_global_zero())
+    spdlog::warn(
+        "ckpt_path='best' with {} ModelCheckpoint callbacks: the first one's best_model_path is used ({}), as "
+        "Lightning "
+        "does",
+        count, first->best_model_path());
+  return first->best_model_path();
+}
+
+std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path) const {
+  if (ckpt_path == "best") return find_best();
+  if (ckpt_path != "last") return ckpt_path;
+  const std::string p = find_last();
   if (!p.empty()) return p;
   const std::string partial = options_.default_root_dir + "/checkpoints/last.ckpt.partial";
   VOLT_CHECK(!detail::path_exists(partial), CheckpointError, "ckpt_path='last': only '", partial,
@@ -141,7 +173,7 @@ std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path)
                         "/checkpoints' (is enable_checkpointing on with save_last?)");
 }
 
-void CheckpointConnector::restore(LightningModule& module, const std::string& ckpt_path) {
+void CheckpointConnector::restore(LightningModule& module, const std::string& ckpt_path, bool fitting) {
   auto scope = profile(strategy_.profiler(), "load_checkpoint");
   const std::string path = resolve_ckpt_path(ckpt_path);
   spdlog::info("Restoring states from the checkpoint path at {}", path);
@@ -158,15 +190,49 @@ void CheckpointConnector::restore(LightningModule& module, const std::string& ck
   detail::agree_or_throw(strategy_, error, "restoring checkpoint '" + path + "'");
   const CheckpointReader& ck = *reader;
   const YAML::Node& meta = ck.meta();
+  if (meta["optimizers"]) warn_changed_optimizer_hparams(meta["optimizers"], path);
   if (!optimization_.empty() && ck.names(kOptimizerSection).empty())
     spdlog::warn("Checkpoint {} has no optimizer state (saved with weights_only?): the optimizer starts fresh", path);
   for (const Entry& e : entries()) {
+    if (!fitting && e.section == "callbacks") continue;
     const YAML::Node state = e.section == kLoopsKey ? loops_state(ck) : lookup(meta, e.section, e.name);
     if (state) e.state->load_state_dict(state);
   }
   restore_rng(ck);
   CheckpointMeta cm{meta["extra"] ? YAML::Clone(meta["extra"]) : YAML::Node(YAML::NodeType::Map)};
   hooks_.on_load_checkpoint(module, cm);
+}
+
+void CheckpointConnector::warn_changed_optimizer_hparams(const YAML::Node& saved, const std::string& path) const {
+  if (!strategy_.is_global_zero() || !saved.IsSequence()) return;
+  const Optimizers& o = optimization_.optimizers();
+  std::string changes;
+  for (size_t i = 0; i < o.size() && i < saved.size(); ++i) {
+    const YAML::Node now = optimizer_hparams(*o[i].optimizer)["param_groups"];
+    const YAML::Node then = saved[i]["param_groups"];
+    if (!then || !then.IsSequence() || then.size() != now.size()) continue;  // refused when loaded
+    for (size_t g = 0; g < now.size(); ++g)
+      for (const auto& kv : now[g]) {
+        const std::string name = kv.first.as<std::string>();
+        // A scheduler moves the lr: the saved one is expected to differ from configure_optimizers'.
+        if (name == "lr" && o[i].lr_scheduler) continue;
+        const YAML::Node before = then[g][name];
+        // Numbers only (lr, weight_decay, momentum, eps...): betas are a list, amsgrad a flag.
+        if (!before || !before.IsScalar() || !kv.second.IsScalar()) continue;
+        double a = 0, b = 0;
+        if (!YAML::convert<double>::decode(before, a) || !YAML::convert<double>::decode(kv.second, b) || a == b)
+          continue;
+        changes += detail::str_cat(changes.empty() ? "" : "; ", "optimizer ", i, " param group ", g, " ", name, ": ", a,
+                                   " (the checkpoint's, used) instead of ", b, " (this run's)");
+      }
+  }
+  if (changes.empty()) return;
+  spdlog::warn(
+      "Resuming from {}: the checkpoint's optimizer hyper-parameters win over this run's configure_optimizers, as in "
+      "Lightning (the optimizer state is restored, lr included): {}. config.yaml and hparams.yaml record this run's "
+      "values. To train on with the new ones, set them on trainer.optimizers() in on_train_start, or start from the "
+      "weights alone (volt::load_weights)",
+      path, changes);
 }
 
 void CheckpointConnector::restore_rng(const CheckpointReader& ck) {

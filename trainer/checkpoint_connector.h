@@ -1,6 +1,6 @@
 #pragma once
 /// CheckpointConnector: the Trainer's checkpoint dump and restore (Lightning's checkpoint
-/// connector). Resolves ckpt_path "last", builds the checkpoint header (versions, strategy,
+/// connector). Resolves ckpt_path "last" and "best", builds the checkpoint header (versions, strategy,
 /// precision, world size, hyper-parameters, config, the hooks' `extra`) and hands it to the
 /// Strategy, which writes the model and optimizer; on resume it has the Strategy read them back.
 ///
@@ -39,11 +39,19 @@ class CheckpointConnector {
                       std::vector<std::shared_ptr<Callback>>& callbacks, HookDispatcher& hooks, FitLoop& fit_loop,
                       Optimization& optimization, const YAML::Node& config);
 
-  /// `ckpt_path`, or for "last" the last.ckpt a ModelCheckpoint wrote (CheckpointError if none).
+  /// `ckpt_path`; for "last" the last.ckpt a ModelCheckpoint wrote, for "best" the first
+  /// ModelCheckpoint's best_model_path, as Lightning (CheckpointError if there is none).
   std::string resolve_ckpt_path(const std::string& ckpt_path) const;
-  /// Restores the module, optimizer and every Stateful from `ckpt_path` (or "last"), then calls
-  /// the on_load_checkpoint hooks. A rank that cannot read fails every rank (CheckpointError).
-  void restore(LightningModule& module, const std::string& ckpt_path);
+  /// The first ModelCheckpoint's best_model_path; CheckpointError when there is no ModelCheckpoint
+  /// or it saved no checkpoint yet.
+  std::string find_best() const;
+  /// The last.ckpt a ModelCheckpoint wrote ("" when there is none yet).
+  std::string find_last() const;
+  /// Restores the module, optimizer and every Stateful from `ckpt_path` (or "last", "best"), then
+  /// calls the on_load_checkpoint hooks. A rank that cannot read fails every rank (CheckpointError).
+  /// The callbacks' states are restored only when `fitting`, as Lightning's restore_callbacks: a
+  /// validate / test / predict leaves them as the Trainer's fit left them (best_model_path stays).
+  void restore(LightningModule& module, const std::string& ckpt_path, bool fitting);
   /// Writes a checkpoint at `path`; weights_only leaves out the optimizer, callbacks, scaler and RNG.
   void save(LightningModule& module, const std::string& path, bool weights_only);
   /// The data module of the running fit (nullptr: none), saved and restored under "datamodule".
@@ -81,6 +89,10 @@ class CheckpointConnector {
     Optimization& optimization_;
   };
 
+  /// On rank 0, warns naming each param-group hyper-parameter (lr, weight_decay, ...) whose value
+  /// in `saved` (the checkpoint's "optimizers") differs from this run's optimizer: the checkpoint's
+  /// wins. The lr of an optimizer with an LR scheduler is not compared (the scheduler moved it).
+  void warn_changed_optimizer_hparams(const YAML::Node& saved, const std::string& path) const;
   /// This rank's random generators as the checkpoint saved them (kept out of Stateful: tensors).
   void restore_rng(const CheckpointReader& reader);
 

@@ -12,11 +12,36 @@
 
 namespace volt {
 
-void FitLoop::setup_data(DataLoader& train_loader) {
+void FitLoop::setup_data(DataLoader& train_loader, const std::string& resumed_from) {
   num_training_batches_ = count_batches(options_.limit_train_batches, train_loader, "trainer.limit_train_batches");
   VOLT_CHECK(num_training_batches_ > 0, ConfigError, "the training dataloader yields no batches on rank ",
              strategy_.global_rank(), " (", train_loader.num_batches(), " batches of batch_size ",
              train_loader.options().batch_size, ", limit_train_batches)");
+  data_shape_.batch_size = train_loader.options().batch_size;
+  data_shape_.world_size = strategy_.world_size();
+  data_shape_.samples = train_loader.is_iterable() ? -1 : train_loader.dataset().size();
+  if (!saved_) return;
+  const DataShape saved = *saved_;
+  saved_.reset();  // checked once, against the loader of the fit that restored it
+  check_resume_position(saved, resumed_from);
+}
+
+void FitLoop::check_resume_position(const DataShape& saved, const std::string& resumed_from) const {
+  if (progress_.epoch_done || progress_.batch_in_epoch == 0) return;  // at an epoch's boundary: nothing to map
+  const std::string where = detail::str_cat("checkpoint '", resumed_from, "' was saved in the middle of epoch ",
+                                            progress_.epoch, " (after ", progress_.batch_in_epoch, " batches)");
+  const std::string what_to_do =
+      "; resuming would skip other samples than those trained on. Resume with the same data and batch size, from a "
+      "checkpoint saved at an epoch's end, or start from the weights alone (volt::load_weights)";
+  // The global batch is what the position counts in: the same one on another world size (resharding)
+  // covers the same samples of the sampler's order.
+  VOLT_CHECK(saved.batch_size < 0 || saved.global_batch() == data_shape_.global_batch(), CheckpointError, where,
+             " with batch_size ", saved.batch_size, " on ", saved.world_size, " rank(s) (a global batch of ",
+             saved.global_batch(), "); this run's training loader has batch_size ", data_shape_.batch_size, " on ",
+             data_shape_.world_size, " rank(s) (a global batch of ", data_shape_.global_batch(), ")", what_to_do);
+  VOLT_CHECK(saved.samples < 0 || data_shape_.samples < 0 || saved.samples == data_shape_.samples, CheckpointError,
+             where, " with ", saved.samples, " training samples; this run's training data has ", data_shape_.samples,
+             " (another block_size, data file or split?)", what_to_do);
 }
 
 bool FitLoop::done() const {
@@ -30,6 +55,7 @@ void FitLoop::run(LightningModule& module, DataLoader& train_loader, const std::
   stage_ = RunningStage::Train;
   // Under manual optimization each LightningOptimizer::step() is a global step, as in Lightning.
   optimization_.set_step_counter([this] { ++progress_.global_step; });
+  enable_validation_ = any_validation_batches(val_loaders);
   hooks_.on_train_start(module);
   // A checkpoint saved at the end of an epoch resumes at the next one.
   if (progress_.epoch_done || progress_.batch_in_epoch >= num_training_batches_) next_epoch();
@@ -211,12 +237,22 @@ void FitLoop::end_epoch() {
       [this]() -> const std::map<std::string, double>& { return metrics_.callback_metrics(); });
 }
 
+bool FitLoop::any_validation_batches(const std::vector<DataLoader*>& val_loaders) const {
+  const bool local = std::any_of(val_loaders.begin(), val_loaders.end(), [&](const DataLoader* l) {
+    return count_batches(options_.limit_val_batches, *l, "trainer.limit_val_batches") > 0;
+  });
+  if (strategy_.world_size() == 1) return local;
+  // Unpadded validation loaders: a rank may hold no sample while the others do (fewer samples than
+  // ranks). Every rank must still validate with them (collectives), so they decide together.
+  return strategy_.all_reduce(torch::tensor({local ? 1.0 : 0.0}, torch::kDouble), ReduceOp::Max).item<double>() > 0;
+}
+
 void FitLoop::run_validation(LightningModule& module, const std::vector<DataLoader*>& val_loaders) {
+  // limit_val_batches: 0 turns validation off (no hooks either), as in Lightning.
+  if (!enable_validation_) return;
   auto count = [&](const DataLoader& l) {
     return count_batches(options_.limit_val_batches, l, "trainer.limit_val_batches");
   };
-  // limit_val_batches: 0 turns validation off (no hooks either), as in Lightning.
-  if (std::none_of(val_loaders.begin(), val_loaders.end(), [&](const DataLoader* l) { return count(*l) > 0; })) return;
   evaluation_.run(module, val_loaders, RunningStage::Validate, count, progress_);
 }
 
@@ -226,6 +262,11 @@ YAML::Node FitLoop::state_dict() const {
   if (progress_.epoch_done) n["epoch_done"] = true;
   n["epoch"] = progress_.epoch;
   n["global_step"] = progress_.global_step;
+  if (data_shape_.batch_size > 0) {
+    n["batch_size"] = data_shape_.batch_size;
+    n["world_size"] = data_shape_.world_size;
+  }
+  if (data_shape_.samples >= 0) n["train_samples"] = data_shape_.samples;
   return n;
 }
 
@@ -234,6 +275,11 @@ void FitLoop::load_state_dict(const YAML::Node& state) {
   progress_.global_step = state["global_step"].as<int64_t>();
   progress_.batch_in_epoch = state["batch_in_epoch"] ? state["batch_in_epoch"].as<int64_t>() : 0;
   progress_.epoch_done = state["epoch_done"] && state["epoch_done"].as<bool>();
+  DataShape saved;
+  if (state["batch_size"]) saved.batch_size = state["batch_size"].as<int64_t>();
+  if (state["world_size"]) saved.world_size = state["world_size"].as<int64_t>();
+  if (state["train_samples"]) saved.samples = state["train_samples"].as<int64_t>();
+  saved_ = saved;
 }
 
 }  // namespace volt

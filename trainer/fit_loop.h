@@ -9,6 +9,7 @@
 /// across fit calls. Thread-safety: the training thread only.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "volt/core/stateful.h"
@@ -41,7 +42,10 @@ class FitLoop : public Stateful {
         should_stop_(should_stop) {}
 
   /// Counts the training batches of an epoch (limit_train_batches); ConfigError if there are none.
-  void setup_data(DataLoader& train_loader);
+  /// After a restore from `resumed_from` in the middle of an epoch, CheckpointError when the loader's
+  /// batch_size or number of samples differs from the checkpoint's: the saved position (batches
+  /// done) would point at other samples.
+  void setup_data(DataLoader& train_loader, const std::string& resumed_from = "");
   /// Trains from the current progress until max_epochs, max_steps or should_stop, between the
   /// on_train_start and on_train_end hooks.
   void run(LightningModule& module, DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders);
@@ -60,9 +64,13 @@ class FitLoop : public Stateful {
   void check_stop_after_fit();
 
   const FitProgress& progress() const { return progress_; }
+  /// Whether the running fit validates: a validation loader with batches (limit_val_batches) on
+  /// any rank; the same on every rank.
+  bool enable_validation() const { return enable_validation_; }
   int64_t num_training_batches() const { return num_training_batches_; }
 
-  /// {batch_in_epoch, epoch, global_step}.
+  /// {batch_in_epoch, epoch, global_step, batch_size, world_size, train_samples (a map-style
+  /// loader's)}.
   YAML::Node state_dict() const override;
   /// Restores state_dict(); a missing batch_in_epoch means the start of the epoch.
   void load_state_dict(const YAML::Node& state) override;
@@ -84,6 +92,8 @@ class FitLoop : public Stateful {
   void run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders, int64_t start_batch);
   void next_epoch();
   void run_validation(LightningModule& module, const std::vector<DataLoader*>& val_loaders);
+  /// Whether any rank has a validation batch (limit_val_batches). Collective with several ranks.
+  bool any_validation_batches(const std::vector<DataLoader*>& val_loaders) const;
   void optimizer_step_and_schedule();
   /// The end of a training epoch, whole or cut short by max_steps / should_stop (as Lightning):
   /// on_train_epoch_end hooks, then the epoch-level training metrics are logged.
@@ -102,6 +112,17 @@ class FitLoop : public Stateful {
   LightningModule* module_ = nullptr;  // during run()
   FitProgress progress_;
   int64_t num_training_batches_ = 0;
+  bool enable_validation_ = false;
+  /// What the position counts in: the training loader's batch_size per rank, the ranks, and the
+  /// samples (-1: unknown).
+  struct DataShape {
+    int64_t batch_size = -1, world_size = 1, samples = -1;
+    int64_t global_batch() const { return batch_size * world_size; }
+  };
+  DataShape data_shape_;            // this run's (setup_data)
+  std::optional<DataShape> saved_;  // the restored checkpoint's, until setup_data checks it
+  /// CheckpointError when the restored position is mid-epoch and `saved` differs from data_shape_.
+  void check_resume_position(const DataShape& saved, const std::string& resumed_from) const;
   int requeue_signal_ = 0;
   std::function<std::string()> save_and_requeue_;
   bool requeue_pending_ = false;  // agreed by check_step; acted on at the end of the step

@@ -5,6 +5,7 @@
 #include "volt/trainer/metrics.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -139,6 +140,16 @@ void Metrics::log(const std::string& given, const torch::Tensor& value, const Lo
   // changes of the caller's tensor do not reach what was logged (Lightning clones it too).
   const torch::Tensor v = value.detach().reshape({}).to(torch::kDouble, /*non_blocking=*/false, /*copy=*/true);
   const bool sync = o.sync_dist && !o.rank_zero_only;
+  if (discard_) {
+    if (on_step && sync) strategy_.all_reduce(v, reduce_op(fx));  // the other ranks' step value waits on it
+    if (on_epoch) {
+      EpochValue& e = epoch_value(s, epoch_name, name, fx, v);  // the name is reduced on every rank
+      e.sync = sync;
+      e.logger = o.logger;
+      e.prog_bar = o.prog_bar;
+    }
+    return;
+  }
   if (on_step) {
     // Lightning syncs the step value when it is logged, with the reduce_fx's operation.
     const torch::Tensor sv = sync ? strategy_.all_reduce(v, reduce_op(fx)) : v;
@@ -158,34 +169,44 @@ void Metrics::log(const std::string& given, const torch::Tensor& value, const Lo
                  "LogOptions::batch_size");
       bs = static_cast<double>(n);
     }
-    auto [it, first] = s.values.try_emplace(epoch_name);
-    EpochValue& e = it->second;
-    if (first) {
-      e.name = name;
-      e.fx = fx;
-      e.value = fx == ReduceFx::Mean ? v * bs : v;
-    } else {
-      switch (fx) {
-        case ReduceFx::Mean:
-          e.value = e.value + v * bs;
-          break;
-        case ReduceFx::Sum:
-          e.value = e.value + v;
-          break;
-        case ReduceFx::Max:
-          e.value = torch::maximum(e.value, v);
-          break;
-        case ReduceFx::Min:
-          e.value = torch::minimum(e.value, v);
-          break;
-      }
+    EpochValue& e = epoch_value(s, epoch_name, name, fx, v);
+    switch (fx) {
+      case ReduceFx::Mean:
+        e.value = e.value + v * bs;
+        break;
+      case ReduceFx::Sum:
+        e.value = e.value + v;
+        break;
+      case ReduceFx::Max:
+        e.value = torch::maximum(e.value, v);
+        break;
+      case ReduceFx::Min:
+        e.value = torch::minimum(e.value, v);
+        break;
     }
+    e.real = true;
     e.weight += bs;
     e.sync = sync;
     e.logger = o.logger;
     e.prog_bar = o.prog_bar;
     if (o.prog_bar && !on_step) progress_bar_.set(name, v);
   }
+}
+
+Metrics::EpochValue& Metrics::epoch_value(EpochState& s, const std::string& epoch_name, const std::string& name,
+                                          ReduceFx fx, const torch::Tensor& like) {
+  auto [it, first] = s.values.try_emplace(epoch_name);
+  EpochValue& e = it->second;
+  if (first) {
+    // The reduction's identity: a rank that adds nothing leaves the others' result unchanged.
+    const double neutral = fx == ReduceFx::Max   ? -std::numeric_limits<double>::infinity()
+                           : fx == ReduceFx::Min ? std::numeric_limits<double>::infinity()
+                                                 : 0.0;
+    e.name = name;
+    e.fx = fx;
+    e.value = torch::full({}, neutral, like.options());
+  }
+  return e;
 }
 
 void Metrics::flush_step_metrics(const FitProgress& progress) {
@@ -209,6 +230,7 @@ std::map<std::string, torch::Tensor> Metrics::compute(Loop loop) {
   // their sums), so it is the mean over every rank's samples.
   std::map<std::string, torch::Tensor> out;
   for (const auto& [output, e] : state(loop).values) {
+    if (!e.sync && !e.real) continue;  // only stand-ins on this rank, and no collective to take part in
     if (e.fx == ReduceFx::Mean) {
       if (e.sync) {
         const torch::Tensor both =

@@ -73,6 +73,12 @@ class Metrics {
   /// positional fields first, then named and nested ones; 1 for a 0-dim tensor). Reads shapes only.
   /// Forgotten when an epoch's values are published (epoch-end hooks weigh 1).
   void set_batch(const Batch& batch);
+  /// While on, log() only takes part in its collectives and records no value: the step runs on a
+  /// stand-in batch (a rank whose share of an unpadded evaluation ran out, see EvaluationLoop). An
+  /// epoch name logged then is still registered, with a neutral value, so every rank reduces the
+  /// same names at the end of the epoch (a rank that only ran stand-ins would otherwise skip the
+  /// collectives the others wait in).
+  void set_discard(bool on) { discard_ = on; }
 
   /// One LightningModule::log call while `stage` runs (checked, then ignored during the sanity
   /// check). on_step and on_epoch default by stage; with both, the values are "<name>_step" and
@@ -107,6 +113,7 @@ class Metrics {
     bool sync = false, logger = true, prog_bar = false;
     torch::Tensor value;  // mean: sum of value * batch size; sum; max; min (0-dim double)
     double weight = 0;    // mean: the sum of the batch sizes
+    bool real = false;    // a value from a real batch was added (not only stand-ins)
   };
   /// What `loop` logged this epoch: the epoch values, each name's reduce_fx, and which name
   /// produced each output name ("x_step", "x_epoch", "x"), to catch collisions.
@@ -123,6 +130,9 @@ class Metrics {
   EpochState& state(Loop loop) { return loop == Loop::Train ? train_ : eval_; }
   /// The epoch value of each output name of `loop`, reduced over ranks where asked.
   std::map<std::string, torch::Tensor> compute(Loop loop);
+  /// The entry for `epoch_name` of `s`, created holding `fx`'s neutral value where new.
+  static EpochValue& epoch_value(EpochState& s, const std::string& epoch_name, const std::string& name, ReduceFx fx,
+                                 const torch::Tensor& like);
   /// Claims `output` for `name` this epoch; ConfigError when another name produces it.
   static void claim(EpochState& s, const std::string& output, const std::string& name);
 
@@ -131,6 +141,7 @@ class Metrics {
   int64_t dataloader_idx_ = 0, num_dataloaders_ = 1;
   std::optional<int64_t> batch_size_;  // of the current batch; -1: it holds no tensor
   int64_t transfers_ = 0;
+  bool discard_ = false;
   std::map<std::string, torch::Tensor> step_metrics_;  // for the next logged row
   EpochState train_, eval_;
   detail::LazyScalars callback_{transfers_};

@@ -7,6 +7,16 @@
 
 namespace volt {
 
+namespace {
+/// A batch of the dataset's first sample, for a rank that has no sample of its own to run the
+/// collective forward with (its output is dropped); none for an iterable or empty dataset.
+std::optional<Batch> stand_in(const DataLoader& loader) {
+  if (loader.is_iterable() || loader.dataset().size() == 0) return std::nullopt;
+  std::vector<Batch> one{loader.dataset().get(0)};
+  return loader.options().collate_fn ? loader.options().collate_fn(std::move(one)) : collate(std::move(one));
+}
+}  // namespace
+
 std::vector<Batch> PredictLoop::run(LightningModule& module, const std::vector<DataLoader*>& loaders,
                                     const BatchCount& count, bool keep_outputs) {
   const RunningStage saved = stage_;
@@ -47,6 +57,7 @@ void PredictLoop::run_loader(LightningModule& module, DataLoader& loader, int64_
       const auto any = strategy_.all_reduce(torch::tensor({b ? 1.0 : 0.0}, torch::kDouble), ReduceOp::Max);
       if (any.item<double>() == 0.0) break;
       if (!b) {
+        if (!last) last = stand_in(loader);  // fewer samples than ranks: this rank has none
         VOLT_CHECK(last.has_value(), ConfigError, "predict: rank ", strategy_.global_rank(),
                    " has no samples of predict dataloader ", d, " while other ranks do (fewer samples than ranks); ",
                    "predict with fewer devices");

@@ -14,6 +14,7 @@
 #include "volt/callbacks/timer.h"
 #include "volt/core/errors.h"
 #include "volt/core/signals.h"
+#include "volt/strategies/parallel_strategy.h"
 #include "volt/trainer/strategy_factory.h"
 
 namespace volt {
@@ -23,6 +24,27 @@ TrainerOptions validated(TrainerOptions o) {
   o.validate();
   o.apply_debugging_flags();
   return o;
+}
+
+/// Before each checkpoint save: the metrics so far reach the logger's files, as Lightning saves its
+/// logger at each save. A failed write (a full disk) must not cost the checkpoint: the rows stay
+/// buffered for the next try.
+/// Lightning's warning for a stage whose loaders hold no sample at all: the call then runs no step
+/// and writes nothing, which should not pass unnoticed.
+void warn_if_empty(const std::vector<DataLoader*>& loaders, const std::string& stage) {
+  for (const DataLoader* l : loaders)
+    if (l->is_iterable() || l->dataset().size() > 0) return;
+  spdlog::warn("{}: the dataloaders hold no sample (total length zero): no {} step runs and nothing is {}", stage,
+               stage, stage == "predict" ? "predicted or written" : "computed or logged");
+}
+
+void flush_before_save(Logger* logger) {
+  if (!logger) return;
+  try {
+    logger->flush();
+  } catch (const std::exception& e) {
+    spdlog::warn("{} (the metrics stay buffered; saving the checkpoint anyway)", e.what());
+  }
 }
 
 std::unique_ptr<Strategy> non_null(std::unique_ptr<Strategy> s) {
@@ -156,7 +178,12 @@ void Trainer::prepare_once(LightningDataModule& datamodule, const std::string& s
 
 void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
   VOLT_CHECK(module_ != nullptr, CheckpointError, "save_checkpoint('", path, "') called with no module attached");
+  flush_before_save(logger_.get());
   checkpoint_connector_.save(*module_, path, weights_only);
+}
+
+void Trainer::wait_for_ranks() {
+  if (auto* parallel = dynamic_cast<ParallelStrategy*>(strategy_.get())) parallel->wait_for_ranks();
 }
 
 void Trainer::log_metric(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
@@ -183,6 +210,7 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
                       std::vector<DataLoader*> val_loaders, const std::string& ckpt_path) {
   std::shared_ptr<DataLoader> dm_train;  // the data module's loaders live through the call
   DataLoaders dm_vals;
+  bool finished = false, profiler_done = false;
   try {
     const int requeue_signal = options_.slurm.active_signal();
     detail::StopSignals stop_signals(requeue_signal);  // SIGINT/SIGTERM end fit cleanly (FitLoop::check_step)
@@ -215,9 +243,20 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
     metrics_.reset_epoch(Metrics::Loop::Train);
     metrics_.reset_epoch(Metrics::Loop::Eval);
     data_connector_.attach(*train_loader);
-    for (DataLoader* v : val_loaders) data_connector_.attach(*v);
-    if (!resume_from.empty()) checkpoint_connector_.restore(module, resume_from);
-    fit_loop_.setup_data(*train_loader);
+    for (DataLoader* v : val_loaders) data_connector_.attach(*v, /*pad=*/false);  // [Note: every sample once]
+    if (resume_from == "last" && checkpoint_connector_.find_last().empty()) {
+      // Lightning's rule for fit: nothing saved yet (a first run, or a restart before the first
+      // save) means a fresh start, so one command line serves every attempt of a job.
+      if (is_global_zero())
+        spdlog::warn(
+            "ckpt_path='last' is set, but no last checkpoint exists under '{}/checkpoints' yet: training "
+            "starts from the beginning",
+            options_.default_root_dir);
+      resume_from.clear();
+    }
+    if (!resume_from.empty()) checkpoint_connector_.restore(module, resume_from, /*fitting=*/true);
+    fit_loop_.setup_data(*train_loader,
+                         resume_from.empty() ? "" : checkpoint_connector_.resolve_ckpt_path(resume_from));
     const BatchLimit& vci = options_.val_check_interval;
     VOLT_CHECK(
         val_loaders.empty() || vci.is_fraction || static_cast<int64_t>(vci.value) <= fit_loop_.num_training_batches(),
@@ -238,11 +277,21 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
     hooks_.on_fit_end(module);
     if (datamodule) datamodule->teardown("fit");
     finish(module, "fit");
-    if (profiler_) profiler_->teardown();
+    finished = true;
     checkpoint_connector_.set_datamodule(nullptr);
+    profiler_done = true;
+    if (profiler_) profiler_->teardown();
   } catch (const std::exception& e) {
     checkpoint_connector_.set_datamodule(nullptr);
-    if (profiler_) profiler_->teardown();  // what was recorded up to the error is reported too
+    // The run itself finished (logger finalized, strategy torn down) and only the profiler's trace
+    // failed: that error is the command's, reported once by the caller, with no second teardown
+    // and no on_exception / "failed" status for a run that completed.
+    if (finished) throw;
+    try {
+      if (profiler_ && !profiler_done) profiler_->teardown();  // what was recorded up to the error is reported too
+    } catch (const std::exception& f) {                        // the original error is the one to report
+      spdlog::error("{}", f.what());
+    }
     strategy_->on_exception(e);
     hooks_.on_exception(module, e);
     try {
@@ -260,6 +309,7 @@ std::string Trainer::save_and_requeue(LightningModule& module) {
   const std::string dir = options_.default_root_dir;
   const int64_t n = strategy_->broadcast(torch::tensor({detail::next_hpc_index(dir)}, torch::kLong), 0).item<int64_t>();
   const std::string path = detail::hpc_checkpoint_path(dir, n);
+  flush_before_save(logger_.get());
   checkpoint_connector_.save(module, path, /*weights_only=*/false);
   const std::string job = detail::slurm_batch_job_id();
   if (is_global_zero()) {
@@ -304,8 +354,9 @@ std::map<std::string, double> Trainer::run_evaluation(LightningModule& module, L
                "_dataloader() returned no loader");
     loaders = loader_ptrs(held);
   }
-  for (DataLoader* l : loaders) data_connector_.attach(*l);
-  if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path);
+  for (DataLoader* l : loaders) data_connector_.attach(*l, /*pad=*/false);  // [Note: every sample once]
+  warn_if_empty(loaders, name);
+  if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path, /*fitting=*/false);
   metrics_.reset_epoch(Metrics::Loop::Eval);
   const BatchLimit& limit = val ? options_.limit_val_batches : options_.limit_test_batches;
   const std::string key = val ? "trainer.limit_val_batches" : "trainer.limit_test_batches";
@@ -338,7 +389,8 @@ std::vector<Batch> Trainer::run_predict(LightningModule& module, LightningDataMo
     loaders = loader_ptrs(held);
   }
   for (DataLoader* l : loaders) data_connector_.attach(*l, /*pad=*/false);  // [Note: every sample once]
-  if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path);
+  warn_if_empty(loaders, "predict");
+  if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path, /*fitting=*/false);
   auto outputs = predict_loop_.run(
       module, loaders,
       [&](const DataLoader& l) {

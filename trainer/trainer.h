@@ -79,6 +79,13 @@ class Trainer : public LogSink {
   /// predict with that data module and stage does not run them again. Collective.
   void prepare_data(LightningDataModule& datamodule, const std::string& stage);
 
+  /// At the end of a program's work (after its last fit / validate / test / predict): on the
+  /// process that launched this node's ranks (trainer.devices > 1 with no cluster launcher), waits
+  /// until each launched rank has ended and throws DistributedError naming the first that failed,
+  /// so a rank failing after rank 0 finished still fails the command (as torchrun reports a failed
+  /// worker). A no-op on other ranks and on one device. The `volt` CLI calls it.
+  void wait_for_ranks();
+
   /// Writes a checkpoint of the current state (every rank must call it).
   void save_checkpoint(const std::string& path, bool weights_only = false);
 
@@ -89,6 +96,9 @@ class Trainer : public LogSink {
   bool sanity_checking() const { return stage_ == RunningStage::Sanity; }
   bool training() const { return stage_ == RunningStage::Train; }
   int64_t num_training_batches() const { return fit_loop_.num_training_batches(); }
+  /// Whether the running fit has a validation loop (a validation loader with batches), as
+  /// Lightning's trainer.enable_validation.
+  bool enable_validation() const { return fit_loop_.enable_validation(); }
   int64_t max_steps() const { return options_.max_steps; }
   int64_t max_epochs() const { return options_.effective_max_epochs(); }
   int64_t global_rank() const { return strategy_->global_rank(); }

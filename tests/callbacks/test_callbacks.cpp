@@ -200,10 +200,20 @@ TEST_CASE("ModelCheckpoint save_last writes last.ckpt and ckpt_path 'last' resum
   t2.fit(*m2, train);
   CHECK(fs::exists(root2 + "/checkpoints/last.ckpt"));
 
-  // "last" with nothing to resume from.
-  Trainer t3(quiet_options(temp_dir("cb-last-none")));
+  // "last" with nothing to resume from: fit starts from the beginning, as Lightning's does, and
+  // trains exactly as without a ckpt_path; an evaluation has nothing to load.
+  const std::string root3 = temp_dir("cb-last-none");
+  Trainer t3(quiet_options(root3));
   auto m3 = make_model(0);
-  CHECK_THROWS_AS(t3.fit(*m3, train, nullptr, "last"), CheckpointError);
+  t3.fit(*m3, train, nullptr, "last");
+  Trainer t4(quiet_options(temp_dir("cb-last-none-ref")));
+  auto m4 = make_model(0);
+  t4.fit(*m4, train);
+  CHECK(t3.global_step() == t4.global_step());
+  CHECK(t3.global_step() > 0);
+  CHECK(params_equal(*m3, *m4));
+  Trainer t5(quiet_options(temp_dir("cb-last-none-eval")));
+  CHECK_THROWS_AS(t5.validate(*m3, train, "last"), CheckpointError);
 }
 
 TEST_CASE("a run stopped by max_steps mid-epoch resumes from last.ckpt exactly", "[callbacks][model_checkpoint]") {

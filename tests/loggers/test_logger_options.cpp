@@ -141,7 +141,9 @@ TEST_CASE("trainer.logger errors name the key and list the choices", "[unit][log
   CHECK_THAT(config_error("3"), Contains("unknown logger '3'"));
   CHECK_THAT(config_error("[{class_path: WandbLogger}]"),
              Contains("'trainer.logger[0].class_path'") && Contains("CSVLogger, TensorBoardLogger"));
-  CHECK_THAT(config_error("[{class_path: TensorBoardLogger, init_args: {flush_secs: 10}}]"),
+  CHECK_THAT(config_error("[{class_path: TensorBoardLogger, init_args: {no_such_key: 10}}]"),
+             Contains("trainer.logger[0].init_args.no_such_key"));
+  CHECK_THAT(config_error("[{class_path: TensorBoardLogger, init_args: {flush_secs: -1}}]"),
              Contains("trainer.logger[0].init_args.flush_secs"));
   CHECK_THAT(config_error("[{class_path: CSVLogger, init_args: {default_hp_metric: false}}]"),
              Contains("trainer.logger[0].init_args.default_hp_metric"));

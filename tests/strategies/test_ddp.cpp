@@ -118,8 +118,9 @@ TEST_CASE("a rank that dies makes the job fail fast with a message naming it, le
 TEST_CASE("DDP on an uneven dataset pads every rank to the same steps and validates without hanging",
           "[ddp][multirank][sampler]") {
   // 67 training samples on 2 ranks: 34 per rank after padding, 9 batches of 4 (the last of 2);
-  // the validation set has 33 samples: 17 per rank, 5 batches (the last of 1). A rank with one
-  // batch more would sit in a collective: the short timeout turns that into a failure, not a hang.
+  // the validation set has 33 samples, unpadded: 17 on rank 0 (5 batches, the last of 1) and 16 on
+  // rank 1 (4 batches). A rank with one batch more would sit in a collective: the short timeout
+  // turns that into a failure, not a hang.
   const std::string dir = temp_dir("ddp-uneven");
   auto kv = base_trainer(dir);
   kv["samples"] = "67";
@@ -133,9 +134,9 @@ TEST_CASE("DDP on an uneven dataset pads every rank to the same steps and valida
   CHECK(r.global_step == 2 * 9);
   CHECK(r.losses.size() == 2 * 9);  // one rank-averaged loss per step: every rank took every step
 
-  // The last validation ran after the last step on each rank's padded share of the 33 samples:
-  // val_loss (sync_dist) is Lightning's epoch mean: every rank's batch losses weighted by their
-  // batch sizes, over all ranks' samples (17 + 17, the last batch of each rank holding one).
+  // The last validation ran after the last step on each rank's share of the 33 samples: val_loss
+  // (sync_dist) is Lightning's epoch mean: every rank's batch losses weighted by their batch sizes,
+  // over all ranks' samples, each counted once (17 + 16).
   BoringModel m;
   {
     torch::NoGradGuard ng;
@@ -150,16 +151,16 @@ TEST_CASE("DDP on an uneven dataset pads every rank to the same steps and valida
   double weighted = 0, samples = 0;
   for (int64_t rank = 0; rank < 2; ++rank) {
     DataLoader val(val_data, DataLoaderOptions{4, false, false, 0});
-    val.set_distributed(rank, 2);
-    REQUIRE(val.num_batches() == 5);
-    for (int64_t i = 0; i < 5; ++i) {
+    val.set_distributed(rank, 2, /*pad=*/false);
+    REQUIRE(val.num_batches() == (rank == 0 ? 5 : 4));
+    for (int64_t i = 0; i < val.num_batches(); ++i) {
       auto out = m.forward(val.batch(i)[0]);
       const double bs = static_cast<double>(out.size(0));
       weighted += torch::mse_loss(out, torch::ones_like(out)).item<double>() * bs;
       samples += bs;
     }
   }
-  REQUIRE(samples == 34);
+  REQUIRE(samples == 33);
   const double expected = weighted / samples;
   CHECK(r.val_loss == Approx(expected).epsilon(1e-5));
 }

@@ -1,7 +1,8 @@
 // A rank process for multi-rank tests. Usage:
 //   volt_test_worker --out=FILE [--trainer.KEY=VALUE ...] [--model.KEY=VALUE ...]
 //                    [--fault_rank=R --fault_step=S
-//                    --fault_kind=exit|kill|hang|stop|throw|sigterm|sigterm_late|sigusr1|before_rendezvous]
+//                    --fault_kind=exit|exit2|kill|hang|stop|throw|sigterm|sigterm_late|sigusr1|before_rendezvous|predict_late]
+//                    [--fault_attempt=N]  (only in attempt N of a job under trainer.max_restarts)
 //                    [--rank_metric=true] [--checkpoint_monitor=M --checkpoint_top_k=K --checkpoint_filename=F]
 //                    [--checkpoint_every_n_train_steps=N] [--ckpt_path=PATH|last] [--fsize_limit=BYTES]
 //   volt_test_worker --pg_scenario=OUT   (process-group collectives, distributed/process_group_scenario.h)
@@ -23,6 +24,7 @@
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/prediction_writer.h"
 #include "volt/core/options.h"
+#include "volt/distributed/elastic_agent.h"
 #include "volt/strategies/fsdp/fsdp_strategy.h"
 #include "volt/trainer/trainer.h"
 
@@ -43,6 +45,7 @@ struct WorkerConfig {
   int64_t fault_rank = -1;
   int64_t fault_step = -1;
   std::string fault_kind = "exit";
+  int64_t fault_attempt = -1;      // >= 0: only in that attempt of a restarting job
   bool rank_metric = false;        // log "val_rank", a per-rank value, without sync_dist
   bool log_sync = false;           // log per-rank values with sync_dist and each reduce_fx (LogSyncModel)
   std::string checkpoint_monitor;  // non-empty: a ModelCheckpoint monitoring it
@@ -62,8 +65,8 @@ struct WorkerConfig {
   void visit(V& v) {
     v("trainer", trainer)("samples", samples)("batch_size", batch_size)("shuffle", shuffle)("blocks", blocks)(
         "hidden", hidden)("lr", lr)("adam", adam)("dropout", dropout)("out", out)("fault_rank", fault_rank)(
-        "fault_step", fault_step)("fault_kind", fault_kind)("rank_metric", rank_metric)("log_sync", log_sync)(
-        "checkpoint_monitor", checkpoint_monitor)("checkpoint_top_k", checkpoint_top_k)(
+        "fault_step", fault_step)("fault_kind", fault_kind)("fault_attempt", fault_attempt)("rank_metric", rank_metric)(
+        "log_sync", log_sync)("checkpoint_monitor", checkpoint_monitor)("checkpoint_top_k", checkpoint_top_k)(
         "checkpoint_filename", checkpoint_filename)("checkpoint_every_n_train_steps", checkpoint_every_n_train_steps)(
         "ckpt_path", ckpt_path)("fsize_limit", fsize_limit)("iterable", iterable)("predict_dir", predict_dir)(
         "predict_samples", predict_samples)("gan", gan)("stock", stock)("deferred", deferred)("record_init",
@@ -129,7 +132,7 @@ class FaultCallback : public Callback {
   FaultCallback(int64_t rank, int64_t step, std::string kind) : rank_(rank), step_(step), kind_(std::move(kind)) {}
   std::string state_key() const override { return "Fault"; }
   void on_train_batch_start(Trainer& t, LightningModule&, const Batch&, int64_t) override {
-    if (t.global_rank() != rank_ || t.global_step() != step_) return;
+    if (t.global_rank() != rank_ || t.global_step() != step_ || kind_ == "predict_late") return;
     if (kind_ == "kill") ::raise(SIGKILL);
     if (kind_ == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
     if (kind_ == "stop") ::raise(SIGSTOP);                  // alive but silent: no heartbeat, sockets open
@@ -137,6 +140,14 @@ class FaultCallback : public Callback {
     if (kind_ == "sigusr1") return (void)::raise(SIGUSR1);  // SLURM's requeue signal
     if (kind_ == "throw") throw std::runtime_error("injected fault at step " + std::to_string(step_));
     if (kind_ == "sigterm_late") return;  // see on_train_batch_end
+    if (kind_ == "exit2") ::_exit(2);     // as the CLI exits on a configuration error
+    ::_exit(3);
+  }
+  /// "predict_late": exit code 3, two seconds after this rank's predict finished (rank 0 has
+  /// finished by then).
+  void teardown(Trainer& t, LightningModule&, const std::string& stage) override {
+    if (kind_ != "predict_late" || stage != "predict" || t.global_rank() != rank_) return;
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     ::_exit(3);
   }
   /// "sigterm_late": SIGTERM after step `step_`'s check (with max_steps = step_: after the last one).
@@ -208,6 +219,13 @@ int main(int argc, char** argv) {
       apply_override(root, a.substr(2, a.find('=') - 2), a.substr(a.find('=') + 1));
     }
     auto cfg = options_from_yaml<WorkerConfig>(root, "");
+    // trainer.max_restarts: as the `volt` CLI, this process becomes the restart agent.
+    if (auto code = run_elastic(cfg.trainer.max_restarts, cfg.trainer.devices, cfg.trainer.num_nodes)) return *code;
+    // fault_attempt: the fault strikes only in that attempt of a restarting job (0: the first).
+    if (cfg.fault_attempt >= 0 &&
+        std::to_string(cfg.fault_attempt) !=
+            (std::getenv("TORCHELASTIC_RESTART_COUNT") ? std::getenv("TORCHELASTIC_RESTART_COUNT") : "0"))
+      cfg.fault_rank = -1;
     // A launched rank that dies before it joins the rendezvous (rank 0 must not wait for it).
     if (cfg.fault_kind == "before_rendezvous" && std::getenv("RANK") &&
         std::stoll(std::getenv("RANK")) == cfg.fault_rank)
@@ -302,6 +320,7 @@ int main(int argc, char** argv) {
       auto bytes = torch::pickle_save(out);
       std::ofstream(cfg.out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
+    trainer.wait_for_ranks();  // as the CLI: a rank failing after this one finished fails the run
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "worker: error: " << e.what() << std::endl;

@@ -1,0 +1,189 @@
+// What a hostile or careless config used to get through silently, or with an unclear error: each
+// is now refused (or warned about) in words that name the key and say what to do.
+#include <spdlog/sinks/ostream_sink.h>
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "boring_model.h"
+#include "checkpoint/checkpoint_support.h"
+#include "error_capture.h"
+#include "trainer/trainer_support.h"
+#include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/model_checkpoint.h"
+#include "volt/callbacks/prediction_writer.h"
+#include "volt/callbacks/timer.h"
+#include "volt/checkpoint/checkpoint_reader.h"
+#include "volt/checkpoint/weights.h"
+#include "volt/cli/cli.h"
+#include "volt/core/errors.h"
+#include "volt/core/options.h"
+#include "volt/trainer/trainer.h"
+
+using namespace volt;
+using namespace volt::testing;
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+namespace {
+/// Logs "val_loss" = nan from the second validation on.
+struct NanValidation : BoringModel {
+  void validation_step(const Batch& b, int64_t i) override {
+    auto out = forward(b[0]);
+    const double v = validations > 0 ? std::nan("") : torch::mse_loss(out, torch::ones_like(out)).item<double>();
+    log("val_loss", torch::tensor(v));
+  }
+  void on_validation_epoch_end() override { ++validations; }
+  int64_t validations = 0;
+};
+
+/// Counts predict_step calls.
+struct CountingPredict : BoringModel {
+  Batch predict_step(const Batch& b, int64_t) override {
+    ++calls;
+    return {forward(b[0])};
+  }
+  int64_t calls = 0;
+};
+}  // namespace
+
+TEST_CASE("ModelCheckpoint refuses an empty filename, a negative train_time_interval, and it with every_n_train_steps",
+          "[callbacks][checkpoint][refusals]") {
+  ModelCheckpointOptions empty;
+  empty.filename = "";
+  CHECK_THAT(config_error([&] { ModelCheckpoint{empty}; }), Contains("filename") && Contains("empty"));
+  ModelCheckpointOptions negative;
+  negative.train_time_interval = -5;
+  CHECK_THAT(config_error([&] { ModelCheckpoint{negative}; }), Contains("train_time_interval") && Contains(">= 0"));
+  ModelCheckpointOptions both;
+  both.every_n_train_steps = 3;
+  both.train_time_interval = 60;
+  CHECK_THAT(config_error([&] { ModelCheckpoint{both}; }), Contains("mutually exclusive"));
+}
+
+TEST_CASE("ModelCheckpoint whose monitor is never logged fails once validation has run, as Lightning",
+          "[callbacks][checkpoint][refusals]") {
+  auto o = quiet_options(temp_dir("monitor-missing"));
+  o.enable_checkpointing = true;
+  o.max_epochs = 2;
+  ModelCheckpointOptions mo;
+  mo.monitor = "val_los";  // a typo of val_loss
+  Trainer t(o, {std::make_shared<ModelCheckpoint>(mo)});
+  auto m = make_model(0);
+  auto train = make_loader(16, 8);
+  auto val = make_loader(16, 8);
+  CHECK_THAT(config_error([&] { t.fit(*m, train, &val); }),
+             Contains("monitor='val_los'") && Contains("val_loss") && Contains("log('val_los', value)"));
+}
+
+TEST_CASE("durations: a negative DD:HH:MM:SS and an overflowing one are refused", "[callbacks][timer][refusals]") {
+  CHECK_THAT(config_error([] { options_from_yaml<TrainerOptions>(YAML::Load("max_time: '-00:00:00:05'"), "trainer"); }),
+             Contains("trainer.max_time") && Contains("not a duration"));
+  CHECK_THAT(config_error([] { options_from_yaml<TimerOptions>(YAML::Load("duration: {seconds: 1e300}"), "Timer"); }),
+             Contains("Timer.duration") && Contains("999999999 days"));
+  CHECK(options_from_yaml<TimerOptions>(YAML::Load("duration: '01:00:00:05'"), "Timer").duration->seconds == 86405);
+}
+
+TEST_CASE("EarlyStopping on a nan metric says it is not finite", "[callbacks][refusals]") {
+  auto o = quiet_options(temp_dir("early-nan"));
+  o.max_epochs = 5;
+  EarlyStoppingOptions eo;
+  auto es = std::make_shared<EarlyStopping>(eo);
+  Trainer t(o, {es});
+  NanValidation m;
+  auto train = make_loader(16, 8);
+  auto val = make_loader(16, 8);
+  Logs logs;
+  t.fit(m, train, &val);
+  CHECK(t.current_epoch() < 4);  // stopped at the first nan, not after 5 epochs
+  CHECK_THAT(logs.text.str(), Contains("'val_loss' = nan is not finite") && !Contains("did not improve"));
+}
+
+TEST_CASE("PredictionWriter into a folder it cannot write fails before the first batch; an earlier run's files go",
+          "[callbacks][predict][refusals]") {
+  const std::string root = temp_dir("predict-writer");
+  { std::ofstream(root + "/a-file") << "x"; }
+  // The section names must not hold `root`: it differs on each run of the test case, and Catch
+  // would take each as a new section and run the case forever.
+  for (const std::string where : {"/proc/self", "<root>/a-file/sub"}) {
+    DYNAMIC_SECTION(where) {
+      const std::string dir = where == "/proc/self" ? where : root + "/a-file/sub";
+      PredictionWriterOptions wo;
+      wo.output_dir = dir;
+      Trainer t(quiet_options(root), {std::make_shared<PredictionWriter>(wo)});
+      CountingPredict m;
+      auto loader = make_loader(16, 8);
+      CHECK_THAT(config_error([&] { t.predict(m, loader, "", false); }), Contains(dir) && Contains("output_dir"));
+      CHECK(m.calls == 0);
+    }
+  }
+  SECTION("an earlier run's batch files are removed") {
+    PredictionWriterOptions wo;
+    wo.output_dir = root + "/pred";
+    wo.write_interval = "batch";
+    {
+      Trainer t(quiet_options(root), {std::make_shared<PredictionWriter>(wo)});
+      CountingPredict m;
+      auto loader = make_loader(24, 8);  // 3 batches
+      t.predict(m, loader, "", false);
+    }
+    CHECK(fs::exists(root + "/pred/rank_0/dataloader_0/batch_2.pt"));
+    Trainer t(quiet_options(root), {std::make_shared<PredictionWriter>(wo)});
+    CountingPredict m;
+    auto loader = make_loader(8, 8);  // 1 batch
+    t.predict(m, loader, "", false);
+    CHECK(fs::exists(root + "/pred/rank_0/dataloader_0/batch_0.pt"));
+    CHECK_FALSE(fs::exists(root + "/pred/rank_0/dataloader_0/batch_2.pt"));
+  }
+}
+
+TEST_CASE("predict and test with no sample at all warn", "[trainer][refusals]") {
+  Trainer t(quiet_options(temp_dir("empty-predict")));
+  CountingPredict m;
+  auto loader = make_loader(0, 8);
+  Logs logs;
+  t.predict(m, loader, "", false);
+  t.test(m, loader);
+  CHECK_THAT(logs.text.str(),
+             Contains("predict: the dataloaders hold no sample") && Contains("test: the dataloaders hold no sample"));
+}
+
+TEST_CASE("a safetensors file as ckpt_path says what it is and how to load its weights", "[checkpoint][refusals]") {
+  const std::string dir = temp_dir("ckpt-safetensors");
+  auto m = make_model(0);
+  save_safetensors(*m, dir + "/w.safetensors");
+  const std::string msg = checkpoint_error([&] { CheckpointReader r(dir + "/w.safetensors"); });
+  CHECK_THAT(msg, Contains("is a safetensors file") && Contains("load_weights"));
+  auto o = quiet_options(dir);
+  Trainer t(o);
+  auto train = make_loader(16, 8);
+  CHECK_THROWS_WITH(t.fit(*m, train, nullptr, dir + "/w.safetensors"), Contains("safetensors file"));
+}
+
+TEST_CASE("an override value keeps a '#' that YAML would read as a comment", "[core][refusals]") {
+  YAML::Node root(YAML::NodeType::Map);
+  apply_override(root, "trainer.default_root_dir", "runs/x #1");
+  CHECK(root["trainer"]["default_root_dir"].as<std::string>() == "runs/x #1");
+  apply_override(root, "model.name", "#1");
+  CHECK(root["model"]["name"].as<std::string>() == "#1");
+  apply_override(root, "model.quoted", "'a #b'");
+  CHECK(root["model"]["quoted"].as<std::string>() == "a #b");
+  apply_override(root, "model.lr", "0.1");
+  CHECK(root["model"]["lr"].as<double>() == 0.1);
+}
+
+TEST_CASE("a config file of many megabytes is refused at once, naming it", "[cli][refusals]") {
+  const std::string path = temp_dir("huge-config") + "/huge.yaml";
+  {
+    std::ofstream out(path);
+    out << "model:\n  data: [";
+    for (int i = 0; i < 2'000'000; ++i) out << "12345,";
+    out << "0]\n";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THAT(config_error([&] { cli::load_configs({path}, {}); }), Contains(path) && Contains("MiB"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);
+}
