@@ -29,8 +29,8 @@ namespace {
 // [Note: the launcher's death] A launched rank gets launcher_death_signal() when its launcher (the
 // node's local rank 0, or its restart agent) dies (PR_SET_PDEATHSIG). The signal is blocked from fork
 // on, so it waits, pending, until the rank installs the handler below (watch_launcher) and unblocks
-// it. The handler writes one line naming the dead launcher, raises a flag and arms a 2 s alarm whose
-// handler ends the rank (exit code 1), even if it is blocked. In those 2 s the rank's PeerWatchdog
+// it. The handler writes one line naming the dead launcher, raises a flag and arms a 5 s alarm whose
+// handler ends the rank (exit code 1), even if it is blocked. In those 5 s the rank's PeerWatchdog
 // reads the flag (launcher_death()) and posts the death for every rank of the job, so ranks on other
 // hosts learn which rank died instead of finding a whole node silent. The line is prepared before
 // the handler is installed, in the only static buffers of this file: a handler can reach nothing
@@ -44,7 +44,7 @@ extern "C" void on_grace_over(int) { ::_exit(1); }
 extern "C" void on_launcher_death(int) {
   [[maybe_unused]] const ssize_t n = ::write(2, g_launcher_died_line, g_launcher_died_len);
   g_launcher_died = 1;
-  ::alarm(2);
+  ::alarm(5);
 }
 }  // namespace
 
@@ -64,6 +64,7 @@ void watch_launcher(int64_t rank, int64_t local_rank, int64_t node) {
   sigaction(SIGALRM, &grace, nullptr);
   struct sigaction sa {};
   sa.sa_handler = on_launcher_death;
+  sa.sa_flags = SA_RESTART;  // a system call it interrupts goes on
   sigemptyset(&sa.sa_mask);
   sigaction(sig, &sa, nullptr);
   sigset_t set;

@@ -84,7 +84,7 @@ std::string describe_exit(const std::string& who, pid_t pid, int status);
 /// The signal a launched rank receives when its launcher dies (a real-time signal).
 int launcher_death_signal();
 /// In a launched rank (`rank` > 0, `local_rank` on `node`): from now on, the launcher's death
-/// writes one line naming it and ends this rank within 2 s (exit code 1), even if the rank is
+/// writes one line naming it and ends this rank within 5 s (exit code 1), even if the rank is
 /// blocked. Call once, early, from the main thread.
 void watch_launcher(int64_t rank, int64_t local_rank, int64_t node);
 /// After the launcher died: the line watch_launcher wrote, without its "[rank 3] " prefix ("rank 2

@@ -1,5 +1,7 @@
 #include "volt/distributed/peer_watchdog.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -8,10 +10,20 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "volt/core/errors.h"
+#include "volt/distributed/launcher.h"
 
 namespace volt {
 
 namespace {
+// The launcher's death signal interrupts the thread it lands on: in a store request, that reads as
+// a lost store. The watchdog's threads leave it to the others ([Note: the launcher's death]).
+void keep_launcher_signal_away() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, detail::launcher_death_signal());
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
 const char* const kAbortKey = "volt_abort";
 const char* const kGoneKey = "volt_gone";  // ranks > 0 that left, or saw rank 0 leave
 std::string alive_key(int64_t r) { return "volt_alive/" + std::to_string(r); }
@@ -126,8 +138,14 @@ PeerWatchdog::PeerWatchdog(const std::string& host, int port, int64_t rank, int6
   s.store = c10::make_intrusive<c10d::TCPStore>(host, so);
   s.store_host = host + ":" + std::to_string(port);
   s.store->add(alive_key(rank), 1);  // alive from now on
-  io_ = std::thread([st = state_] { st->io_loop(); });
-  guard_ = std::thread([st = state_] { st->guard_loop(); });
+  io_ = std::thread([st = state_] {
+    keep_launcher_signal_away();
+    st->io_loop();
+  });
+  guard_ = std::thread([st = state_] {
+    keep_launcher_signal_away();
+    st->guard_loop();
+  });
 }
 
 PeerWatchdog::~PeerWatchdog() {
