@@ -269,7 +269,19 @@ def status_ok_nonzero(st):
 # One volt run: its processes, its output, its checkpoint folder.
 
 
-class Run:
+class _Waitable:
+    """wait() over now() and all_exited(), shared by one command's processes (Run) and a job's (Job)."""
+
+    def wait(self, deadline_s, exclude=()):
+        """Polls until every process (but `exclude`) has exited or `deadline_s` (since start) passes."""
+        while self.now() < deadline_s:
+            if self.all_exited(exclude):
+                return True
+            time.sleep(0.02)
+        return self.all_exited(exclude)
+
+
+class Run(_Waitable):
     """A `volt fit` in its own session (process group); output of every rank read line by line."""
 
     def __init__(self, cmd, cwd, env, log_path, events, ckpt_dir, tag, first_rank=0, local=None, agent=False, node=0,
@@ -401,14 +413,6 @@ class Run:
         self.scan(full=True)  # none missed: a child seen only in /proc
         self.update()
         return not self.alive_pids(exclude)
-
-    def wait(self, deadline_s, exclude=()):
-        """Polls until every process (but `exclude`) has exited or `deadline_s` (since start) passes."""
-        while self.now() < deadline_s:
-            if self.all_exited(exclude):
-                return True
-            time.sleep(0.02)
-        return self.all_exited(exclude)
 
     def statuses(self):
         """rank -> (pid, wait status or None)."""
@@ -638,7 +642,7 @@ class _JobCode:
         return next((c for c in codes if c != 0), 0)
 
 
-class Job:
+class Job(_Waitable):
     """One job as several commands, one per host (each in its namespace), or one under a restart agent:
     a Run per command, seen as one Run (the same methods; times since the first command's start)."""
 
@@ -733,13 +737,6 @@ class Job:
         self.scan(full=True)
         self.update()
         return not self.alive_pids(exclude)
-
-    def wait(self, deadline_s, exclude=()):
-        while self.now() < deadline_s:
-            if self.all_exited(exclude):
-                return True
-            time.sleep(0.02)
-        return self.all_exited(exclude)
 
     def statuses(self):
         out = {}
