@@ -1,7 +1,6 @@
 #include "volt/callbacks/prediction_writer.h"
 
 #include <spdlog/spdlog.h>
-#include <torch/serialize.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -10,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "volt/checkpoint/tensor_archive.h"
+#include "volt/checkpoint/tensor_dict_file.h"
 #include "volt/core/errors.h"
 #include "volt/trainer/trainer.h"
 
@@ -29,16 +28,12 @@ void flatten(const Batch& b, const std::string& prefix, std::vector<std::pair<st
   }
 }
 
-/// Writes the entries as a dict of CPU tensors (torch.load reads it) atomically.
+/// Writes the entries as a dict of CPU tensors (torch.load reads it, weights_only too) atomically.
 void write_dict(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& entries) {
-  c10::Dict<std::string, at::Tensor> dict;
+  std::vector<std::pair<std::string, torch::Tensor>> host;
   for (const auto& [k, t] : entries)
-    if (t.defined()) dict.insert(k, t.detach().to(torch::kCPU).contiguous());
-  const std::vector<char> bytes = torch::pickle_save(dict);
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  VOLT_CHECK(!ec, CheckpointError, "PredictionWriter: cannot create the folder of '", path, "': ", ec.message());
-  detail::atomic_write(path, bytes.data(), bytes.size());
+    if (t.defined()) host.emplace_back(k, t.detach().to(torch::kCPU).contiguous());
+  save_tensor_dict(path, host);
 }
 
 torch::Tensor index_tensor(const std::vector<int64_t>& v) {

@@ -7,7 +7,8 @@
 ///   write_interval "batch":  rank_<r>/dataloader_<d>/batch_<i>.pt, written at each batch's end;
 ///   write_interval "epoch":  rank_<r>.pt, written once at the end, holding every batch.
 ///   "batch_and_epoch": both.
-/// Each file is a dict of tensors saved with torch::pickle_save (Python: `torch.load(f)`), one key
+/// Each file is a dict of tensors in torch.save's format (Python: `torch.load(f)`, with
+/// weights_only=True too; checkpoint/tensor_dict_file.h), one key
 /// per output tensor — "<i>" positional, "<name>" named, "<child>.<name>" nested, prefixed by
 /// "dataloader_<d>/batch_<i>/" in the epoch file — plus "sample_indices" (the dataset indices of
 /// the batch's samples; absent for iterable datasets), so predictions can be matched to inputs

@@ -1,6 +1,7 @@
 #include "volt/checkpoint/pickle.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -64,271 +65,238 @@ at::ScalarType storage_dtype(const std::string& type, const std::string& where) 
   return it->second;
 }
 
-/// Python's pickle virtual machine, without executing anything (see torch_save.h).
+std::string unquote(std::string t) {
+  if (t.size() >= 2 && (t.front() == '\'' || t.front() == '"')) t = t.substr(1, t.size() - 2);
+  return t;
+}
+
+/// Python's pickle virtual machine, without executing anything (see torch_save.h): a table of one
+/// small handler per opcode, filled family by family.
 class Unpickler {
  public:
   Unpickler(const char* data, size_t size, std::string where) : p_(data), end_(data + size), where_(std::move(where)) {}
 
   Py run() {
-    while (true) {
+    const OpTable& ops = op_table();
+    while (!stopped_) {
       const uint8_t op = u8();
-      switch (op) {
-        case 0x80:  // PROTO
-          u8();
-          break;
-        case 0x95:  // FRAME
-          take(8);
-          break;
-        case '.':  // STOP
-          VOLT_CHECK(!stack_.empty(), CheckpointError, where_, ": the pickle ends with an empty stack");
-          return stack_.back();
-        case '(':  // MARK
-          marks_.push_back(stack_.size());
-          break;
-        case '0':  // POP
-          pop();
-          break;
-        case '1':  // POP_MARK
-          pop_mark();
-          break;
-        case '2':  // DUP
-          stack_.push_back(top());
-          break;
-        case 'N':
-          stack_.push_back(make(PyObj::Kind::None));
-          break;
-        case 0x88:  // NEWTRUE
-        case 0x89:  // NEWFALSE
-          stack_.push_back(integer(op == 0x88, PyObj::Kind::Bool));
-          break;
-        case 'J':  // BININT
-          stack_.push_back(integer(static_cast<int32_t>(le(4))));
-          break;
-        case 'K':  // BININT1
-          stack_.push_back(integer(le(1)));
-          break;
-        case 'M':  // BININT2
-          stack_.push_back(integer(le(2)));
-          break;
-        case 0x8a:  // LONG1
-          stack_.push_back(long_int(le(1)));
-          break;
-        case 0x8b:  // LONG4
-          stack_.push_back(long_int(le(4)));
-          break;
-        case 'I': {  // INT (text); I00/I01 are False/True
-          const std::string t = line();
-          if (t == "00" || t == "01")
-            stack_.push_back(integer(t == "01", PyObj::Kind::Bool));
-          else
-            stack_.push_back(integer(parse_int(t)));
-          break;
-        }
-        case 'L': {  // LONG (text, trailing L)
-          std::string t = line();
-          if (!t.empty() && t.back() == 'L') t.pop_back();
-          stack_.push_back(integer(parse_int(t)));
-          break;
-        }
-        case 'F':  // FLOAT (text)
-          line();
-          stack_.push_back(make(PyObj::Kind::Float));
-          break;
-        case 'G':  // BINFLOAT
-          take(8);
-          stack_.push_back(make(PyObj::Kind::Float));
-          break;
-        case 'X':  // BINUNICODE
-          stack_.push_back(make_str(PyObj::Kind::Str, bytes(le(4))));
-          break;
-        case 0x8c:  // SHORT_BINUNICODE
-          stack_.push_back(make_str(PyObj::Kind::Str, bytes(le(1))));
-          break;
-        case 0x8d:  // BINUNICODE8
-          stack_.push_back(make_str(PyObj::Kind::Str, bytes(le(8))));
-          break;
-        case 'V':  // UNICODE (text)
-          stack_.push_back(make_str(PyObj::Kind::Str, line()));
-          break;
-        case 'S': {  // STRING (quoted text)
-          std::string t = line();
-          if (t.size() >= 2 && (t.front() == '\'' || t.front() == '"')) t = t.substr(1, t.size() - 2);
-          stack_.push_back(make_str(PyObj::Kind::Str, t));
-          break;
-        }
-        case 'T':  // BINSTRING
-          stack_.push_back(make_str(PyObj::Kind::Str, bytes(le(4))));
-          break;
-        case 'U':  // SHORT_BINSTRING
-          stack_.push_back(make_str(PyObj::Kind::Str, bytes(le(1))));
-          break;
-        case 'B':  // BINBYTES
-          stack_.push_back(make_str(PyObj::Kind::Bytes, bytes(le(4))));
-          break;
-        case 'C':  // SHORT_BINBYTES
-          stack_.push_back(make_str(PyObj::Kind::Bytes, bytes(le(1))));
-          break;
-        case 0x8e:  // BINBYTES8
-        case 0x96:  // BYTEARRAY8
-          stack_.push_back(make_str(PyObj::Kind::Bytes, bytes(le(8))));
-          break;
-        case ')':  // EMPTY_TUPLE
-          stack_.push_back(make(PyObj::Kind::Tuple));
-          break;
-        case 0x85:    // TUPLE1
-        case 0x86:    // TUPLE2
-        case 0x87: {  // TUPLE3
-          auto t = make(PyObj::Kind::Tuple);
-          t->items.resize(op - 0x84);
-          for (auto it = t->items.rbegin(); it != t->items.rend(); ++it) *it = pop();
-          stack_.push_back(t);
-          break;
-        }
-        case 't': {  // TUPLE
-          auto t = make(PyObj::Kind::Tuple);
-          t->items = pop_mark();
-          stack_.push_back(t);
-          break;
-        }
-        case ']':  // EMPTY_LIST
-          stack_.push_back(make(PyObj::Kind::List));
-          break;
-        case 'l': {  // LIST
-          auto t = make(PyObj::Kind::List);
-          t->items = pop_mark();
-          stack_.push_back(t);
-          break;
-        }
-        case '}':  // EMPTY_DICT
-          stack_.push_back(make(PyObj::Kind::Dict));
-          break;
-        case 'd': {  // DICT
-          auto d = make(PyObj::Kind::Dict);
-          set_items(d, pop_mark());
-          stack_.push_back(d);
-          break;
-        }
-        case 0x8f:  // EMPTY_SET
-          stack_.push_back(make(PyObj::Kind::Set));
-          break;
-        case 0x91: {  // FROZENSET
-          auto t = make(PyObj::Kind::Set);
-          t->items = pop_mark();
-          stack_.push_back(t);
-          break;
-        }
-        case 'a': {  // APPEND
-          Py v = pop();
-          append(top(), {v});
-          break;
-        }
-        case 'e': {  // APPENDS
-          auto items = pop_mark();
-          append(top(), items);
-          break;
-        }
-        case 0x90: {  // ADDITEMS
-          auto items = pop_mark();
-          append(top(), items);
-          break;
-        }
-        case 's': {  // SETITEM
-          Py v = pop();
-          Py k = pop();
-          set_items(top(), {k, v});
-          break;
-        }
-        case 'u': {  // SETITEMS
-          auto kv = pop_mark();
-          set_items(top(), kv);
-          break;
-        }
-        case 'p':  // PUT (text)
-          memo_[static_cast<uint64_t>(parse_int(line()))] = top();
-          break;
-        case 'q':  // BINPUT
-          memo_[le(1)] = top();
-          break;
-        case 'r':  // LONG_BINPUT
-          memo_[le(4)] = top();
-          break;
-        case 0x94:  // MEMOIZE
-          memo_[memo_.size()] = top();
-          break;
-        case 'g':  // GET (text)
-          stack_.push_back(memo(static_cast<uint64_t>(parse_int(line()))));
-          break;
-        case 'h':  // BINGET
-          stack_.push_back(memo(le(1)));
-          break;
-        case 'j':  // LONG_BINGET
-          stack_.push_back(memo(le(4)));
-          break;
-        case 'c': {  // GLOBAL
-          std::string module = line();
-          std::string name = line();
-          stack_.push_back(make_str(PyObj::Kind::Global, module + "." + name));
-          break;
-        }
-        case 0x93: {  // STACK_GLOBAL
-          Py name = pop();
-          Py module = pop();
-          stack_.push_back(make_str(PyObj::Kind::Global, module->s + "." + name->s));
-          break;
-        }
-        case 'R': {  // REDUCE
-          Py args = pop();
-          Py fn = pop();
-          stack_.push_back(call(fn, args));
-          break;
-        }
-        case 0x81: {  // NEWOBJ
-          Py args = pop();
-          Py cls = pop();
-          stack_.push_back(call(cls, args));
-          break;
-        }
-        case 0x92: {  // NEWOBJ_EX
-          pop();      // kwargs
-          Py args = pop();
-          Py cls = pop();
-          stack_.push_back(call(cls, args));
-          break;
-        }
-        case 'i': {  // INST
-          std::string module = line();
-          std::string name = line();
-          pop_mark();
-          stack_.push_back(make_str(PyObj::Kind::Object, module + "." + name));
-          break;
-        }
-        case 'o': {  // OBJ
-          auto items = pop_mark();
-          VOLT_CHECK(!items.empty(), CheckpointError, where_, ": malformed pickle (OBJ without a class)");
-          stack_.push_back(make_str(PyObj::Kind::Object, items[0]->s));
-          break;
-        }
-        case 'b': {  // BUILD
-          Py state = pop();
-          Py obj = top();
-          if (obj->kind == PyObj::Kind::Object) obj->state = state;
-          // A dict's state (state_dict's _metadata) and a tensor's (Python attributes) carry no weights.
-          break;
-        }
-        case 'Q': {  // BINPERSID
-          Py pid = pop();
-          stack_.push_back(persistent(pid));
-          break;
-        }
-        default:
-          throw CheckpointError(str_cat(where_, ": the pickle uses opcode 0x", std::hex, int{op}, std::dec, " at byte ",
-                                        pos() - 1,
-                                        ", which torch.save does not write (damaged or not a torch.save file)"));
-      }
+      const Op handler = ops[op];
+      if (handler == nullptr) unknown_opcode(op);
+      handler(*this, op);
     }
+    return result_;
   }
 
  private:
+  using K = PyObj::Kind;
+  using Op = void (*)(Unpickler&, uint8_t);
+  using OpTable = std::array<Op, 256>;
+
+  static const OpTable& op_table() {
+    static const OpTable table = [] {
+      OpTable t{};
+      add_frame_ops(t);
+      add_number_ops(t);
+      add_text_ops(t);
+      add_container_ops(t);
+      add_fill_ops(t);
+      add_memo_ops(t);
+      add_object_ops(t);
+      return t;
+    }();
+    return table;
+  }
+
+  /// The protocol and framing, STOP, and the stack's own operations.
+  static void add_frame_ops(OpTable& t) {
+    t[0x80] = [](Unpickler& u, uint8_t) { u.u8(); };                              // PROTO
+    t[0x95] = [](Unpickler& u, uint8_t) { u.take(8); };                           // FRAME
+    t['.'] = [](Unpickler& u, uint8_t) { u.stop(); };                             // STOP
+    t['('] = [](Unpickler& u, uint8_t) { u.marks_.push_back(u.stack_.size()); };  // MARK
+    t['0'] = [](Unpickler& u, uint8_t) { u.pop(); };                              // POP
+    t['1'] = [](Unpickler& u, uint8_t) { u.pop_mark(); };                         // POP_MARK
+    t['2'] = [](Unpickler& u, uint8_t) { u.push(u.top()); };                      // DUP
+  }
+
+  /// None, booleans, integers (binary and text) and floats (kept as a kind only).
+  static void add_number_ops(OpTable& t) {
+    t['N'] = [](Unpickler& u, uint8_t) { u.push(make(K::None)); };
+    t[0x88] = t[0x89] = [](Unpickler& u, uint8_t op) { u.push(integer(op == 0x88, K::Bool)); };  // NEWTRUE/NEWFALSE
+    t['J'] = [](Unpickler& u, uint8_t) { u.push(integer(static_cast<int32_t>(u.le(4)))); };      // BININT
+    t['K'] = [](Unpickler& u, uint8_t) { u.push(integer(u.le(1))); };                            // BININT1
+    t['M'] = [](Unpickler& u, uint8_t) { u.push(integer(u.le(2))); };                            // BININT2
+    t[0x8a] = [](Unpickler& u, uint8_t) { u.push(u.long_int(u.le(1))); };                        // LONG1
+    t[0x8b] = [](Unpickler& u, uint8_t) { u.push(u.long_int(u.le(4))); };                        // LONG4
+    t['I'] = [](Unpickler& u, uint8_t) { u.push(u.text_int()); };                                // INT (text)
+    t['L'] = [](Unpickler& u, uint8_t) { u.push(u.text_long()); };                               // LONG (text)
+    t['F'] = [](Unpickler& u, uint8_t) {                                                         // FLOAT (text)
+      u.line();
+      u.push(make(K::Float));
+    };
+    t['G'] = [](Unpickler& u, uint8_t) {  // BINFLOAT
+      u.take(8);
+      u.push(make(K::Float));
+    };
+  }
+
+  /// Strings and bytes: a length of 1, 4 or 8 bytes then the bytes, or a line of text.
+  static void add_text_ops(OpTable& t) {
+    t['X'] = [](Unpickler& u, uint8_t) { u.push_sized(K::Str, 4); };                      // BINUNICODE
+    t[0x8c] = [](Unpickler& u, uint8_t) { u.push_sized(K::Str, 1); };                     // SHORT_BINUNICODE
+    t[0x8d] = [](Unpickler& u, uint8_t) { u.push_sized(K::Str, 8); };                     // BINUNICODE8
+    t['T'] = [](Unpickler& u, uint8_t) { u.push_sized(K::Str, 4); };                      // BINSTRING
+    t['U'] = [](Unpickler& u, uint8_t) { u.push_sized(K::Str, 1); };                      // SHORT_BINSTRING
+    t['B'] = [](Unpickler& u, uint8_t) { u.push_sized(K::Bytes, 4); };                    // BINBYTES
+    t['C'] = [](Unpickler& u, uint8_t) { u.push_sized(K::Bytes, 1); };                    // SHORT_BINBYTES
+    t[0x8e] = t[0x96] = [](Unpickler& u, uint8_t) { u.push_sized(K::Bytes, 8); };         // BINBYTES8, BYTEARRAY8
+    t['V'] = [](Unpickler& u, uint8_t) { u.push(make_str(K::Str, u.line())); };           // UNICODE (text)
+    t['S'] = [](Unpickler& u, uint8_t) { u.push(make_str(K::Str, unquote(u.line()))); };  // STRING (quoted)
+  }
+
+  /// Empty containers, and tuples, lists, sets and dicts built from the stack.
+  static void add_container_ops(OpTable& t) {
+    t[')'] = [](Unpickler& u, uint8_t) { u.push(make(K::Tuple)); };                                  // EMPTY_TUPLE
+    t[']'] = [](Unpickler& u, uint8_t) { u.push(make(K::List)); };                                   // EMPTY_LIST
+    t['}'] = [](Unpickler& u, uint8_t) { u.push(make(K::Dict)); };                                   // EMPTY_DICT
+    t[0x8f] = [](Unpickler& u, uint8_t) { u.push(make(K::Set)); };                                   // EMPTY_SET
+    t[0x85] = t[0x86] = t[0x87] = [](Unpickler& u, uint8_t op) { u.push(u.pop_tuple(op - 0x84)); };  // TUPLE1-3
+    t['t'] = [](Unpickler& u, uint8_t) { u.push(u.from_mark(K::Tuple)); };                           // TUPLE
+    t['l'] = [](Unpickler& u, uint8_t) { u.push(u.from_mark(K::List)); };                            // LIST
+    t[0x91] = [](Unpickler& u, uint8_t) { u.push(u.from_mark(K::Set)); };                            // FROZENSET
+    t['d'] = [](Unpickler& u, uint8_t) {                                                             // DICT
+      auto d = make(K::Dict);
+      u.set_items(d, u.pop_mark());
+      u.push(d);
+    };
+  }
+
+  /// Items added to the container (or object) below them on the stack.
+  static void add_fill_ops(OpTable& t) {
+    t['a'] = [](Unpickler& u, uint8_t) {  // APPEND
+      Py v = u.pop();
+      u.append(u.top(), {v});
+    };
+    t['e'] = t[0x90] = [](Unpickler& u, uint8_t) {  // APPENDS, ADDITEMS
+      auto items = u.pop_mark();
+      u.append(u.top(), items);
+    };
+    t['s'] = [](Unpickler& u, uint8_t) {  // SETITEM
+      Py v = u.pop();
+      Py k = u.pop();
+      u.set_items(u.top(), {k, v});
+    };
+    t['u'] = [](Unpickler& u, uint8_t) {  // SETITEMS
+      auto kv = u.pop_mark();
+      u.set_items(u.top(), kv);
+    };
+  }
+
+  /// The memo: PUT stores the top of the stack under a key, GET pushes it again.
+  static void add_memo_ops(OpTable& t) {
+    t['p'] = [](Unpickler& u, uint8_t) { u.put_text(); };                  // PUT (text)
+    t['q'] = [](Unpickler& u, uint8_t) { u.put_binary(1); };               // BINPUT
+    t['r'] = [](Unpickler& u, uint8_t) { u.put_binary(4); };               // LONG_BINPUT
+    t[0x94] = [](Unpickler& u, uint8_t) { u.put_binary(0); };              // MEMOIZE
+    t['g'] = [](Unpickler& u, uint8_t) { u.push(u.memo(u.text_key())); };  // GET (text)
+    t['h'] = [](Unpickler& u, uint8_t) { u.push(u.memo(u.le(1))); };       // BINGET
+    t['j'] = [](Unpickler& u, uint8_t) { u.push(u.memo(u.le(4))); };       // LONG_BINGET
+  }
+
+  /// Globals, calls (REDUCE and its kin; see call()), objects, their state and persistent ids.
+  static void add_object_ops(OpTable& t) {
+    t['c'] = [](Unpickler& u, uint8_t) { u.push(make_str(K::Global, u.qualified_name())); };  // GLOBAL
+    t[0x93] = [](Unpickler& u, uint8_t) {                                                     // STACK_GLOBAL
+      Py name = u.pop();
+      Py module = u.pop();
+      u.push(make_str(K::Global, module->s + "." + name->s));
+    };
+    t['R'] = t[0x81] = [](Unpickler& u, uint8_t) { u.call_from_stack(); };  // REDUCE, NEWOBJ
+    t[0x92] = [](Unpickler& u, uint8_t) {                                   // NEWOBJ_EX
+      u.pop();                                                              // kwargs
+      u.call_from_stack();
+    };
+    t['i'] = [](Unpickler& u, uint8_t) {  // INST
+      const std::string name = u.qualified_name();
+      u.pop_mark();
+      u.push(make_str(K::Object, name));
+    };
+    t['o'] = [](Unpickler& u, uint8_t) { u.obj(); };    // OBJ
+    t['b'] = [](Unpickler& u, uint8_t) { u.build(); };  // BUILD
+    t['Q'] = [](Unpickler& u, uint8_t) {                // BINPERSID
+      Py pid = u.pop();
+      u.push(u.persistent(pid));
+    };
+  }
+
+  [[noreturn]] void unknown_opcode(uint8_t op) const {
+    throw CheckpointError(str_cat(where_, ": the pickle uses opcode 0x", std::hex, int{op}, std::dec, " at byte ",
+                                  pos() - 1, ", which torch.save does not write (damaged or not a torch.save file)"));
+  }
+  void stop() {
+    VOLT_CHECK(!stack_.empty(), CheckpointError, where_, ": the pickle ends with an empty stack");
+    result_ = stack_.back();
+    stopped_ = true;
+  }
+  void push(Py v) { stack_.push_back(std::move(v)); }
+  /// A string or bytes value whose length comes first, in `length_bytes` little-endian bytes.
+  void push_sized(K kind, int length_bytes) { push(make_str(kind, bytes(le(length_bytes)))); }
+  /// INT's text; I00 and I01 are False and True.
+  Py text_int() {
+    const std::string t = line();
+    if (t == "00" || t == "01") return integer(t == "01", K::Bool);
+    return integer(parse_int(t));
+  }
+  /// LONG's text, with its trailing L.
+  Py text_long() {
+    std::string t = line();
+    if (!t.empty() && t.back() == 'L') t.pop_back();
+    return integer(parse_int(t));
+  }
+  uint64_t text_key() { return static_cast<uint64_t>(parse_int(line())); }
+  /// "module.name" from two lines of text (GLOBAL, INST).
+  std::string qualified_name() {
+    const std::string module = line();
+    return module + "." + line();
+  }
+  Py pop_tuple(int n) {
+    auto t = make(K::Tuple);
+    t->items.resize(static_cast<size_t>(n));
+    for (auto it = t->items.rbegin(); it != t->items.rend(); ++it) *it = pop();
+    return t;
+  }
+  /// A container of `kind` holding what lies above the last mark.
+  Py from_mark(K kind) {
+    auto t = make(kind);
+    t->items = pop_mark();
+    return t;
+  }
+  void put_text() {
+    Py v = top();
+    memo_[text_key()] = v;
+  }
+  /// BINPUT / LONG_BINPUT (a key of `key_bytes` bytes) or MEMOIZE (0: the next key).
+  void put_binary(int key_bytes) {
+    Py v = top();
+    const uint64_t key = key_bytes > 0 ? le(key_bytes) : memo_.size();
+    memo_[key] = v;
+  }
+  void call_from_stack() {
+    Py args = pop();
+    Py fn = pop();
+    push(call(fn, args));
+  }
+  void obj() {
+    auto items = pop_mark();
+    VOLT_CHECK(!items.empty(), CheckpointError, where_, ": malformed pickle (OBJ without a class)");
+    push(make_str(K::Object, items[0]->s));
+  }
+  void build() {
+    Py state = pop();
+    Py obj = top();
+    if (obj->kind == K::Object) obj->state = state;
+    // A dict's state (state_dict's _metadata) and a tensor's (Python attributes) carry no weights.
+  }
+
   size_t pos() const { return static_cast<size_t>(p_ - begin_); }
   const char* take(uint64_t n) {
     VOLT_CHECK(n <= static_cast<uint64_t>(end_ - p_), CheckpointError, where_,
@@ -481,6 +449,8 @@ class Unpickler {
   std::vector<Py> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Py> memo_;
+  bool stopped_ = false;
+  Py result_;
 };
 
 }  // namespace

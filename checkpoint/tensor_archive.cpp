@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <sstream>
 
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/errors.h"
 #include "volt/core/yaml_load.h"
 
@@ -102,34 +104,6 @@ at::ScalarType dtype_from_name(const std::string& name, const std::string& where
 
 namespace detail {
 
-// ---------------------------------------------------------------------------------------------
-// XXH64, after the reference description of xxHash (BSD-2, Yann Collet)
-
-namespace {
-constexpr uint64_t P1 = 0x9E3779B185EBCA87ULL, P2 = 0xC2B2AE3D27D4EB4FULL, P3 = 0x165667B19E3779F9ULL,
-                   P4 = 0x85EBCA77C2B2AE63ULL, P5 = 0x27D4EB2F165667C5ULL;
-inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-inline uint64_t read64(const unsigned char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;  // little-endian hosts only (x86-64, aarch64)
-}
-inline uint32_t read32(const unsigned char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline uint64_t round(uint64_t acc, uint64_t input) {
-  acc += input * P2;
-  acc = rotl(acc, 31);
-  return acc * P1;
-}
-inline uint64_t merge(uint64_t acc, uint64_t v) {
-  acc ^= round(0, v);
-  return acc * P1 + P4;
-}
-}  // namespace
-
 std::string hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -137,47 +111,7 @@ std::string hex64(uint64_t v) {
 }
 
 uint64_t xxh64(const void* data, size_t n, uint64_t seed) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  const unsigned char* end = p + n;
-  uint64_t h;
-  if (n >= 32) {
-    uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
-    const unsigned char* limit = end - 32;
-    do {
-      v1 = round(v1, read64(p));
-      v2 = round(v2, read64(p + 8));
-      v3 = round(v3, read64(p + 16));
-      v4 = round(v4, read64(p + 24));
-      p += 32;
-    } while (p <= limit);
-    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
-    h = merge(h, v1);
-    h = merge(h, v2);
-    h = merge(h, v3);
-    h = merge(h, v4);
-  } else {
-    h = seed + P5;
-  }
-  h += static_cast<uint64_t>(n);
-  for (; p + 8 <= end; p += 8) {
-    h ^= round(0, read64(p));
-    h = rotl(h, 27) * P1 + P4;
-  }
-  if (p + 4 <= end) {
-    h ^= static_cast<uint64_t>(read32(p)) * P1;
-    h = rotl(h, 23) * P2 + P3;
-    p += 4;
-  }
-  for (; p < end; ++p) {
-    h ^= static_cast<uint64_t>(*p) * P5;
-    h = rotl(h, 11) * P1;
-  }
-  h ^= h >> 33;
-  h *= P2;
-  h ^= h >> 29;
-  h *= P3;
-  h ^= h >> 32;
-  return h;
+  return static_cast<uint64_t>(XXH64(data, n, static_cast<XXH64_hash_t>(seed)));
 }
 
 void fsync_dir(const std::string& dir) {
@@ -449,8 +383,14 @@ void ArchiveWriter::commit(const std::vector<std::pair<std::string, c10::IValue>
                                           "; the previous checkpoint is untouched"));
   }
   fd_ = -1;
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+  std::error_code ec;
+  if (fs::is_directory(path_, ec)) {
+    // A sharded checkpoint of the same name (a run that changed state_dict_type): exchanged for
+    // this file in one step, then removed, as a sharded save replaces a full file.
+    detail::swap_into_place(tmp_, path_);
+  } else if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     throw CheckpointError(detail::str_cat("renaming '", tmp_, "' to '", path_, "' failed: ", std::strerror(errno)));
+  }
   committed_ = true;
   const fs::path target(path_);
   detail::fsync_dir(target.has_parent_path() ? target.parent_path().string() : ".");

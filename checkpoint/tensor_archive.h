@@ -116,7 +116,7 @@ std::string dtype_name(at::ScalarType t);
 at::ScalarType dtype_from_name(const std::string& name, const std::string& where);
 
 namespace detail {
-/// XXH64 (Yann Collet's xxHash, 64-bit) of `n` bytes, seed 0; runs near memory speed.
+/// XXH64 (Yann Collet's xxHash, 64-bit, from libxxhash) of `n` bytes with `seed`; runs near memory speed.
 uint64_t xxh64(const void* data, size_t n, uint64_t seed = 0);
 /// `v` as 16 lowercase hex digits: how checksums appear in indexes, manifests and markers.
 std::string hex64(uint64_t v);

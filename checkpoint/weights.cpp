@@ -212,10 +212,22 @@ LoadWeightsReport load_weights(torch::nn::Module& module, const std::string& pat
   std::vector<Target> matched;
   std::vector<std::string> missing_text, mismatched_text, unexpected_text;
   std::set<std::string> in_module;
+  // A tensor registered under several names (tied weights) needs only one of them in the file.
+  std::map<const c10::TensorImpl*, std::vector<std::string>> names_of;
+  for (const auto& p : module.named_parameters(/*recurse=*/true))
+    names_of[p.value().unsafeGetTensorImpl()].push_back(p.key());
+  auto alias_in_file = [&](const std::string& name, const torch::Tensor& t) {
+    auto it = names_of.find(t.unsafeGetTensorImpl());
+    if (it == names_of.end()) return false;
+    for (const auto& other : it->second)
+      if (other != name && file_name.count(other)) return true;
+    return false;
+  };
   auto consider = [&](const std::string& name, const torch::Tensor& t) {
     if (!t.defined() || !in_module.insert(name).second) return;
     auto it = file_name.find(name);
     if (it == file_name.end()) {
+      if (alias_in_file(name, t)) return;
       report.missing.push_back(name);
       missing_text.push_back(name + " " + shape_text(t.sizes()));
       return;

@@ -134,6 +134,8 @@ class ClassRegistry {
     return out.empty() ? "none" : out;
   }
   const std::vector<ClassEntry<Base>>& entries() const { return entries_; }
+  /// The class a section without class_path means when several are registered ("" for none).
+  std::string default_name;
   const std::string& kind() const { return kind_; }
 
  private:

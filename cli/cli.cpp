@@ -17,6 +17,7 @@
 #include "volt/callbacks/progress_bar.h"
 #include "volt/callbacks/throughput_monitor.h"
 #include "volt/callbacks/timer.h"
+#include "volt/cli/args.h"
 #include "volt/cli/class_section.h"
 #include "volt/cli/cli_help.h"
 #include "volt/cli/config_files.h"
@@ -80,6 +81,7 @@ const detail::ClassEntry<Base>* choose(const detail::ClassRegistry<Base>& regist
     const auto& entries = registry.entries();
     VOLT_CHECK(!entries.empty(), ConfigError, "config key '", key, "': no ", registry.kind(),
                " class is registered (the program registers them with CLI::", adder, ")");
+    if (entries.size() > 1 && !registry.default_name.empty()) return registry.find(registry.default_name);
     VOLT_CHECK(entries.size() == 1, ConfigError, "config key '", key, "': several ", registry.kind(),
                " classes are registered (", registry.names(), "); choose one with ", key, ".class_path (or --", key,
                "=NAME)");
@@ -154,12 +156,36 @@ CLI& CLI::record(const std::string& error) {
   return *this;
 }
 
+CLI& CLI::set_default_model(const std::string& name) {
+  if (!models_.find(name))
+    return record("set_default_model('" + name + "'): no model class of that name is registered");
+  models_.default_name = name;
+  return *this;
+}
+
+CLI& CLI::set_default_datamodule(const std::string& name) {
+  if (!datamodules_.find(name))
+    return record("set_default_datamodule('" + name + "'): no data module class of that name is registered");
+  datamodules_.default_name = name;
+  return *this;
+}
+
+CLI& CLI::add_subcommand(const std::string& name, const std::string& summary, const std::string& usage,
+                         std::function<int(int, char**)> run) {
+  if (name.empty() || name == "consolidate" || name == "help" || detail::is_run_subcommand(name))
+    return record("add_subcommand('" + name + "'): the name is empty or taken by a built-in subcommand");
+  for (const auto& c : subcommands_)
+    if (c.name == name) return record("add_subcommand('" + name + "'): registered twice");
+  subcommands_.push_back({name, summary, usage, std::move(run)});
+  return *this;
+}
+
 CLI& CLI::link_arguments(const std::string& source, const std::string& target, Link apply_on, LinkCompute compute) {
   return add_link(source, target, apply_on, std::move(compute), nullptr);
 }
 
 CLI& CLI::add_link(const std::string& source, const std::string& target, Link apply_on, LinkCompute compute,
-                   std::function<YAML::Node(LightningDataModule&)> read) {
+                   std::function<std::optional<YAML::Node>(LightningDataModule&)> read) {
   std::string arg = strip(target, "model");
   if (!strip(arg, "init_args").empty()) arg = strip(arg, "init_args");
   if (arg.empty())
@@ -340,7 +366,8 @@ int CLI::run(const cli::Command& command) {
       if (link.apply_on != Link::OnInstantiate) continue;
       const std::string attr = strip(link.source, "data");
       const std::string target_key = detail::join_key(r.model_prefix, link.target_arg);
-      const auto source = link.read ? std::optional<YAML::Node>(link.read(*data)) : find_path(data->hparams(), attr);
+      if (link.read && !link.read(*data)) continue;  // a link of another data module class
+      const auto source = link.read ? link.read(*data) : find_path(data->hparams(), attr);
       VOLT_CHECK(source.has_value(), ConfigError, "link_arguments('", link.source, "' -> '", target_key,
                  "'): the data module ", r.data->name, " has no '", attr, "' in hparams() after setup(\"", stage,
                  "\")");
@@ -387,45 +414,30 @@ int CLI::main(int argc, char** argv) {
     bool wants_help = first == "help";
     for (int i = 1; i < argc; ++i)
       wants_help = wants_help || std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
+    const Subcommand* own = nullptr;
+    for (const auto& c : subcommands_)
+      if (c.name == first) own = &c;
     if (wants_help) {
-      std::cout << (first == "consolidate" ? detail::consolidate_usage(program_) : help(first));
+      std::cout << (first == "consolidate" ? detail::consolidate_usage(program_) : own ? own->usage : help(first));
       return 0;
     }
+    if (own) return own->run(argc, argv);
     VOLT_CHECK(argc >= 2, ConfigError, "missing subcommand\n", usage());
     if (first == "consolidate") return detail::run_consolidate(argc, argv, program_);
     VOLT_CHECK(detail::is_run_subcommand(first), ConfigError, "unknown subcommand '", first, "'\n", usage());
 
-    cli::Command command{first, YAML::Node(), false};
-    std::vector<std::string> configs, overrides;
+    cli::ArgSpec spec{first, {{"config", true, true, 0, "FILE"}, {"print_config", false}}, 0, true, usage()};
+    for (const auto& name : detail::launch_flag_names()) spec.flags.push_back({name});
+    const cli::Args args = cli::parse_args(spec, argc, argv, 2);
+    cli::Command command{first, YAML::Node(), args.has("print_config")};
+    const std::vector<std::string> configs = args.all("config");
     std::map<std::string, std::string> launch;
-    for (int i = 2; i < argc; ++i) {
-      std::string s = argv[i];
-      VOLT_CHECK(s.rfind("--", 0) == 0, ConfigError, "unexpected argument '", s, "'\n", usage());
-      s = s.substr(2);
-      if (s == "print_config") {
-        command.print_config = true;
-        continue;
-      }
-      std::string key = s, value;
-      const auto eq = s.find('=');
-      if (eq != std::string::npos) {
-        key = s.substr(0, eq);
-        value = s.substr(eq + 1);
-      } else {
-        VOLT_CHECK(i + 1 < argc, ConfigError, "option --", key, " needs a value");
-        value = argv[++i];
-      }
-      if (key == "config")
-        configs.push_back(value);
-      else if (detail::is_launch_flag(key))
-        launch[key] = value;
-      else
-        overrides.push_back(key + "=" + value);
-    }
+    for (const auto& name : detail::launch_flag_names())
+      if (args.has(name)) launch[name] = args.get(name);
     detail::export_launch_flags(launch);
     VOLT_CHECK(!configs.empty(), ConfigError, first,
                ": no --config FILE given (a run needs its trainer, model and data sections)\n", usage());
-    command.config = load(configs, overrides);
+    command.config = load(configs, args.overrides);
     return run(command);
   } catch (const ConfigError& e) {
     std::cerr << program_ << ": config error: " << e.what() << std::endl;

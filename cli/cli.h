@@ -33,6 +33,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -158,18 +159,28 @@ class CLI {
   /// hold) from the data module after its setup, e.g.
   ///   cli.link_arguments<MyData>("data.vocab_size", [](const MyData& d) { return d.vocab_size(); },
   ///                              "model.vocab_size");
-  /// `source` names it in messages and --help. Another data module class is a ConfigError.
+  /// `source` names it in messages and --help. The link applies only when the configured data
+  /// module is a DataModule (each data class of a program can link its own value).
   template <class DataModule, class Read>
   CLI& link_arguments(const std::string& source, Read read, const std::string& target, LinkCompute compute = nullptr) {
     return add_link(source, target, Link::OnInstantiate, std::move(compute),
-                    [source, read](LightningDataModule& dm) -> YAML::Node {
+                    [read](LightningDataModule& dm) -> std::optional<YAML::Node> {
                       const auto* d = dynamic_cast<const DataModule*>(&dm);
-                      if (d == nullptr)
-                        throw ConfigError("link_arguments: '" + source +
-                                          "' is read from another data module class than the one configured");
+                      if (d == nullptr) return std::nullopt;
                       return YAML::Node(read(*d));
                     });
   }
+
+  /// The model / data module class of a config section without class_path when several are
+  /// registered (with one, it is that one).
+  CLI& set_default_model(const std::string& name);
+  CLI& set_default_datamodule(const std::string& name);
+
+  /// A subcommand of the program's own: `program NAME ...` calls `run(argc, argv)` (its words
+  /// start at argv[2]; cli/args.h splits them), listed in --help with `summary`; `NAME --help`
+  /// prints `usage`. A ConfigError it throws exits 2 with its message, any other error 1.
+  CLI& add_subcommand(const std::string& name, const std::string& summary, const std::string& usage,
+                      std::function<int(int, char**)> run);
 
   /// Runs the command line; returns the exit code: 0 success (and help), 1 a failure while running,
   /// 2 a bad config or usage. Errors are printed to stderr. Never calls exit().
@@ -190,11 +201,16 @@ class CLI {
     std::string source, target_arg;  // target_arg: the init arg's dotted name inside model init_args
     Link apply_on;
     LinkCompute compute;
-    std::function<YAML::Node(LightningDataModule&)> read;  // OnInstantiate; nullptr: from hparams()
+    // OnInstantiate; nullptr: from hparams(); nullopt: not for this data module class
+    std::function<std::optional<YAML::Node>(LightningDataModule&)> read;
+  };
+  struct Subcommand {
+    std::string name, summary, usage;
+    std::function<int(int, char**)> run;
   };
   CLI& record(const std::string& error);
   CLI& add_link(const std::string& source, const std::string& target, Link apply_on, LinkCompute compute,
-                std::function<YAML::Node(LightningDataModule&)> read);
+                std::function<std::optional<YAML::Node>(LightningDataModule&)> read);
   Resolved resolve_config(const YAML::Node& config) const;
   std::string usage() const;
 
@@ -202,6 +218,7 @@ class CLI {
   detail::ClassRegistry<LightningDataModule> datamodules_{"data module"};
   detail::ClassRegistry<Callback> callbacks_{"callback"};
   std::vector<LinkSpec> links_;
+  std::vector<Subcommand> subcommands_;
   std::vector<std::string> registration_errors_;
   std::string program_ = "volt";
 };

@@ -123,7 +123,10 @@ std::string CLI::help(const std::string& subcommand) const {
       const std::string d = detail::about(s);
       os << "  " << s << std::string(13 - s.size(), ' ') << d.substr(0, d.find('\n')) << "\n";
     }
-    os << "  consolidate  Turns a sharded checkpoint folder into one full checkpoint file.\n\n"
+    os << "  consolidate  Turns a sharded checkpoint folder into one full checkpoint file.\n";
+    for (const auto& c : subcommands_)
+      os << "  " << c.name << std::string(c.name.size() < 13 ? 13 - c.name.size() : 1, ' ') << c.summary << "\n";
+    os << "\n"
        << detail::kOptions << "\nmodels: " << models_.names() << "\ndata modules: " << datamodules_.names()
        << "\ncallbacks: " << callbacks_.names() << "\n\n"
        << "'" << program_ << " fit --help' lists every key with its type and default.\n";

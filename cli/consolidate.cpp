@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "volt/checkpoint/checkpoint.h"
+#include "volt/cli/args.h"
 #include "volt/core/errors.h"
 
 namespace volt::detail {
@@ -41,29 +42,17 @@ std::string consolidate_usage(const std::string& program) {
 
 int run_consolidate(int argc, char** argv, const std::string& program) {
   const std::string usage = consolidate_usage(program);
-  std::string src, dst;
-  bool overwrite = false;
-  std::string format = "volt";
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--overwrite") {
-      overwrite = true;
-    } else if (a == "--format") {
-      VOLT_CHECK(i + 1 < argc, ConfigError, "consolidate: --format needs a value (volt or safetensors)\n", usage);
-      format = argv[++i];
-    } else if (a.rfind("--format=", 0) == 0) {
-      format = a.substr(9);
-    } else if (a == "-o" || a == "--output") {
-      VOLT_CHECK(i + 1 < argc, ConfigError, "consolidate: ", a, " needs a file name\n", usage);
-      dst = argv[++i];
-    } else if (a.rfind("--output=", 0) == 0) {
-      dst = a.substr(9);
-    } else {
-      VOLT_CHECK(a.rfind("-", 0) != 0 && src.empty(), ConfigError, "consolidate: unexpected argument '", a, "'\n",
-                 usage);
-      src = a;
-    }
-  }
+  const cli::ArgSpec spec{
+      "consolidate",
+      {{"output", true, false, 'o', "FILE"}, {"format", true, false, 0, "volt|safetensors"}, {"overwrite", false}},
+      1,
+      false,
+      usage};
+  const cli::Args args = cli::parse_args(spec, argc, argv, 2);
+  std::string src = args.positional.empty() ? "" : args.positional.front();
+  std::string dst = args.get("output");
+  const std::string format = args.get("format", "volt");
+  const bool overwrite = args.has("overwrite");
   VOLT_CHECK(!src.empty(), ConfigError, "consolidate: missing the sharded checkpoint folder\n", usage);
   while (src.size() > 1 && src.back() == '/') src.pop_back();
   VOLT_CHECK(format == "volt" || format == "safetensors", ConfigError, "consolidate: --format '", format,

@@ -20,8 +20,15 @@ int64_t integer_flag(const std::string& key, const std::string& value, int64_t l
 }
 }  // namespace
 
+const std::vector<std::string>& launch_flag_names() {
+  static const std::vector<std::string> names = {"node_rank", "master_addr", "master_port"};
+  return names;
+}
+
 bool is_launch_flag(const std::string& key) {
-  return key == "node_rank" || key == "master_addr" || key == "master_port";
+  for (const auto& n : launch_flag_names())
+    if (key == n) return true;
+  return false;
 }
 
 void export_launch_flags(const std::map<std::string, std::string>& flags) {

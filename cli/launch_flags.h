@@ -5,9 +5,12 @@
 /// MASTER_PORT, which volt's launcher reads (distributed/cluster_env.h).
 #include <map>
 #include <string>
+#include <vector>
 
 namespace volt::detail {
 
+/// The launch flags' names (without "--").
+const std::vector<std::string>& launch_flag_names();
 /// Whether `key` (without "--") is a launch flag.
 bool is_launch_flag(const std::string& key);
 /// Validates the flags and sets their variables in this process's environment; ConfigError names a

@@ -79,6 +79,10 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   if (additive_mask.defined()) m = additive_mask.to(q.scalar_type());
   return at::scaled_dot_product_attention(q, k, v, m, dropout_p, /*is_causal=*/false);
 }
+/// Causal attention with the kernels' own mask (flash attention's is_causal: no mask tensor).
+inline at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+  return at::scaled_dot_product_attention(q, k, v, c10::nullopt, dropout_p, /*is_causal=*/true);
+}
 #else
 #define VOLT_HAVE_SDPA 0
 #endif
@@ -178,4 +182,83 @@ inline void cuda_reset_peak(int device = 0) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 #endif
 }
+}  // namespace volt::compat
+
+namespace volt::compat {
+/// PyTorch's fused multi-tensor Adam/AdamW kernels (at::_fused_adam_ / at::_fused_adamw_: one pass
+/// over each parameter, a few launches for all of them): for CUDA tensors since 2.1, for CPU tensors
+/// since 2.4. LibTorch 1.13 has neither; there the host step is volt's own kernel
+/// (optim/fused_adam.h) and CUDA parameters take torch::optim's step.
+inline constexpr bool kFusedAdamCuda = VOLT_TORCH_AT_LEAST(2, 1);
+inline constexpr bool kFusedAdamCpu = VOLT_TORCH_AT_LEAST(2, 4);
+/// Whether fused_adam_ can step tensors on `device` with this LibTorch.
+inline bool fused_adam_available(const at::Device& device) {
+  return device.is_cuda() ? kFusedAdamCuda : device.is_cpu() && kFusedAdamCpu;
+}
+/// One Adam (`decoupled` false: L2 weight decay) or AdamW (`decoupled` true) step of PyTorch's fused
+/// kernel over lists of tensors of one device and dtype. `steps`: one float32 tensor per parameter,
+/// on its device, holding the step number this update is (already incremented). `max_exp_avg_sqs`
+/// is empty unless `amsgrad`. Throws c10::Error where fused_adam_available is false.
+inline void fused_adam_(bool decoupled, at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                        at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList steps, double lr,
+                        double beta1, double beta2, double weight_decay, double eps, bool amsgrad) {
+#if VOLT_TORCH_AT_LEAST(2, 1)
+  TORCH_CHECK(params.empty() || fused_adam_available(params[0].device()), "fused Adam: no fused kernel for ",
+              params[0].device(), " tensors in this LibTorch");
+  if (decoupled)
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1, beta2, weight_decay, eps,
+                      amsgrad, /*maximize=*/false);
+  else
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1, beta2, weight_decay, eps,
+                     amsgrad, /*maximize=*/false);
+#else
+  TORCH_CHECK(false, "fused Adam: PyTorch's fused kernels need LibTorch 2.1 or newer (this is ", TORCH_VERSION, ")");
+#endif
+}
+}  // namespace volt::compat
+
+#ifdef VOLT_WITH_CUDA
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#endif
+namespace volt::compat {
+/// Whether host_alloc_exact can give page-locked memory (CUDA builds).
+#ifdef VOLT_WITH_CUDA
+inline constexpr bool kPinnedHostAlloc = true;
+#else
+inline constexpr bool kPinnedHostAlloc = false;
+#endif
+/// `nbytes` of host memory of exactly that size, uninitialized, freed when the DataPtr goes.
+/// `pinned` (CUDA builds only): page-locked with cudaHostAlloc, where LibTorch's caching host
+/// allocator (pin_memory(), pinned_memory(true)) would round the block up to a power of two and keep
+/// it cached. Otherwise LibTorch's CPU allocator. Throws c10::Error when out of memory. Defined in
+/// core/host_buffers.cpp.
+at::DataPtr host_alloc_exact(size_t nbytes, bool pinned);
+
+/// A point in the work queued on a device's current stream, which another thread can wait for
+/// (offloaded gradients copied to the host asynchronously, read by a host thread). For the CPU both
+/// calls do nothing: its work is done when it is queued.
+class DeviceMark {
+ public:
+  /// Marks the work queued so far on the current stream of `device` (the calling thread's).
+  void record(const at::Device& device) {
+#ifdef VOLT_WITH_CUDA
+    if (!device.is_cuda()) return;
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    event_ = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+    event_->record(impl.getStream(device));
+#endif
+  }
+  /// Blocks the calling thread until the marked work has run.
+  void wait() const {
+#ifdef VOLT_WITH_CUDA
+    if (event_) event_->synchronize();
+#endif
+  }
+
+ private:
+#ifdef VOLT_WITH_CUDA
+  std::shared_ptr<c10::Event> event_;
+#endif
+};
 }  // namespace volt::compat

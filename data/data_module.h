@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "volt/core/stateful.h"
-#include "volt/module/data.h"
+#include "volt/data/batch.h"
+#include "volt/data/data_loader.h"
+#include "volt/data/dataset.h"
 
 namespace volt {
 

@@ -1,7 +1,12 @@
 #include "volt/demos/demo_cli.h"
 
+#include <iostream>
+
 #include "volt/core/errors.h"
 #include "volt/demos/language_model.h"
+#include "volt/demos/llm/generate.h"
+#include "volt/demos/llm/llama_lm.h"
+#include "volt/demos/llm/token_data.h"
 #include "volt/demos/wikitext2_data.h"
 
 namespace volt::demos {
@@ -17,6 +22,17 @@ struct DemoModelOptions : LanguageModelOptions {
     VOLT_CHECK(vocab_size >= 0, ConfigError, "config key '", prefix,
                ".vocab_size': must be >= 0 (0 or absent: the data's vocabulary size), got ", vocab_size);
     LanguageModelOptions rest = *this;  // the other keys, before any work
+    if (rest.vocab_size == 0) rest.vocab_size = 1;
+    rest.validate(prefix);
+  }
+};
+
+/// LlamaLMOptions where vocab_size 0 (the default) stands for the tokenizer's vocabulary.
+struct LlamaCLIOptions : LlamaLMOptions {
+  void validate(const std::string& prefix) const {
+    VOLT_CHECK(vocab_size >= 0, ConfigError, "config key '", prefix,
+               ".vocab_size': must be >= 0 (0 or absent: the tokenizer's vocabulary size), got ", vocab_size);
+    LlamaLMOptions rest = *this;
     if (rest.vocab_size == 0) rest.vocab_size = 1;
     rest.validate(prefix);
   }
@@ -44,6 +60,18 @@ void register_demo(CLI& cli) {
   cli.add_datamodule<WikiText2Data>("WikiText2Data");
   cli.link_arguments<WikiText2Data>(
       "data.vocab_size", [](const WikiText2Data& d) { return d.num_words(); }, "model.vocab_size", link_vocab_size);
+  // The LLM workload (configs/llm/): a config names it with class_path; the flat form means the demo.
+  cli.add_model<LlamaCLIOptions>("LlamaLM", [](const LlamaCLIOptions& o) {
+    return std::make_shared<LlamaLM>(static_cast<const LlamaLMOptions&>(o));
+  });
+  cli.add_datamodule<TokenData>("TokenData");
+  cli.link_arguments<TokenData>(
+      "data.vocab_size", [](const TokenData& d) { return d.vocab_size(); }, "model.vocab_size", link_vocab_size);
+  cli.set_default_model("LanguageModel");
+  cli.set_default_datamodule("WikiText2Data");
+  cli.add_subcommand("generate", "Continues a prompt with a trained LlamaLM checkpoint (KV cache, top-k).",
+                     generate_usage("volt"),
+                     [](int argc, char** argv) { return run_generate(parse_generate_args(argc, argv, 2), std::cout); });
 }
 
 int run_cli(const cli::Command& command) {

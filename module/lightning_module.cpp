@@ -5,8 +5,6 @@
 
 #include "volt/core/errors.h"
 #include "volt/core/hooked_module.h"
-#include "volt/strategies/strategy.h"
-#include "volt/trainer/trainer.h"
 
 namespace volt {
 
@@ -92,7 +90,7 @@ void LightningModule::wrap_module(torch::nn::Module& module) {
   VOLT_CHECK(is_hooked(module), ConfigError, "wrap(): '", module.name(),
              "' is not a volt::HookedModule, so no strategy can act around its forward; wrap it as "
              "volt::hooked(module) (core/hooked_wrapper.h) or derive it from HookedModule");
-  if (trainer_) trainer_->strategy().wrap(module);
+  if (wrap_host_) wrap_host_->wrap_unit(module);
 }
 
 }  // namespace volt

@@ -75,6 +75,15 @@ class LogSink {
   virtual void log_metric(const std::string& name, const torch::Tensor& value, const LogOptions& options) = 0;
 };
 
+/// Where LightningModule::wrap sends a completed module: the running strategy's wrap (the Trainer
+/// attaches itself). An interface so that the module layer does not depend on strategies/ or trainer/.
+class WrapHost {
+ public:
+  virtual ~WrapHost() = default;
+  /// Makes `module` (a HookedModule, complete) a unit of the strategy now (FSDP shards it).
+  virtual void wrap_unit(torch::nn::Module& module) = 0;
+};
+
 class LightningModule : public torch::nn::Module {
  public:
   LightningModule() = default;
@@ -180,10 +189,12 @@ class LightningModule : public torch::nn::Module {
 
   /// The trainer running this module, or nullptr outside fit/validate/test.
   Trainer* trainer() const { return trainer_; }
-  /// Attaches the module to a running Trainer (`trainer` and `sink` non-owning, both null to detach).
-  void attach(Trainer* trainer, LogSink* sink) {
+  /// Attaches the module to a running Trainer (`trainer`, `sink` and `wrap_host` non-owning, all
+  /// null to detach). Without a wrap host, wrap() checks its module and returns it unchanged.
+  void attach(Trainer* trainer, LogSink* sink, WrapHost* wrap_host = nullptr) {
     trainer_ = trainer;
     log_sink_ = sink;
+    wrap_host_ = wrap_host;
   }
   /// Hands the module its optimizers for manual optimization (non-owning; empty to detach).
   void attach_optimizers(std::vector<LightningOptimizer*> optimizers, std::vector<LRScheduler*> schedulers) {
@@ -194,6 +205,7 @@ class LightningModule : public torch::nn::Module {
  private:
   Trainer* trainer_ = nullptr;
   LogSink* log_sink_ = nullptr;
+  WrapHost* wrap_host_ = nullptr;
   std::vector<LightningOptimizer*> optimizers_;
   std::vector<LRScheduler*> schedulers_;
   LightningOptimizer& checked(LightningOptimizer& optimizer, const char* what) const;

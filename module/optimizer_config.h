@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "volt/core/choice.h"
-#include "volt/module/lr_scheduler.h"
+#include "volt/optim/lr_scheduler.h"
 
 namespace volt {
 

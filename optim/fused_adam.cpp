@@ -4,9 +4,13 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/torch.h>
 
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <typeinfo>
+#include <unordered_set>
 
 #include "volt/core/compat.h"
 #include "volt/optim/adam_kernel.h"
@@ -14,61 +18,90 @@
 namespace volt {
 namespace {
 
-bool host_fp32(const torch::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat && t.layout() == torch::kStrided &&
-         t.is_contiguous();
+/// The parameters a step is limited to (null: all of them).
+using Filter = std::unordered_set<const c10::TensorImpl*>;
+bool selected(const Filter* only, const torch::Tensor& p) {
+  return only == nullptr || only->count(p.unsafeGetTensorImpl());
 }
 
-template <class State>
-bool state_ok(torch::optim::Optimizer& opt, const torch::Tensor& p) {
+bool dense(const torch::Tensor& t) { return t.defined() && t.layout() == torch::kStrided && t.is_contiguous(); }
+bool host_fp32(const torch::Tensor& t) { return dense(t) && t.device().is_cpu() && t.scalar_type() == torch::kFloat; }
+/// A tensor the ATen kernel takes beside `p`: same device and dtype, dense, as many elements.
+bool like(const torch::Tensor& t, const torch::Tensor& p) {
+  return dense(t) && t.device() == p.device() && t.scalar_type() == p.scalar_type() && t.numel() == p.numel();
+}
+bool aten_param(const torch::Tensor& p) {
+  const auto d = p.scalar_type();
+  return dense(p) && compat::fused_adam_available(p.device()) &&
+         (d == torch::kFloat || d == torch::kHalf || d == torch::kBFloat16);
+}
+
+/// Whether the state of `p` (if it exists yet) has moments `ok` accepts.
+template <class State, class Ok>
+bool state_ok(torch::optim::Optimizer& opt, const torch::Tensor& p, const Ok& ok) {
   auto it = opt.state().find(compat::optimizer_state_key(p));
   if (it == opt.state().end()) return true;  // created on the first step
   auto* st = dynamic_cast<State*>(it->second.get());
   if (st == nullptr) return false;
-  auto same = [&](const torch::Tensor& t) { return host_fp32(t) && t.numel() == p.numel(); };
-  return same(st->exp_avg()) && same(st->exp_avg_sq()) &&
-         (!st->max_exp_avg_sq().defined() || same(st->max_exp_avg_sq()));
+  return ok(st->exp_avg()) && ok(st->exp_avg_sq()) && (!st->max_exp_avg_sq().defined() || ok(st->max_exp_avg_sq()));
 }
 
 template <class State>
-bool all_ok(torch::optim::Optimizer& opt) {
+bool host_ok(torch::optim::Optimizer& opt, const Filter* only) {
   for (auto& group : opt.param_groups())
     for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      if (!host_fp32(p) || !host_fp32(p.grad()) || p.grad().numel() != p.numel() || !state_ok<State>(opt, p))
-        return false;
+      if (!p.grad().defined() || !selected(only, p)) continue;
+      auto same = [&](const torch::Tensor& t) { return host_fp32(t) && t.numel() == p.numel(); };
+      if (!host_fp32(p) || !same(p.grad()) || !state_ok<State>(opt, p, same)) return false;
     }
   return true;
+}
+
+template <class State>
+bool aten_ok(torch::optim::Optimizer& opt, const Filter* only) {
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params()) {
+      if (!p.grad().defined() || !selected(only, p)) continue;
+      auto same = [&](const torch::Tensor& t) { return like(t, p); };
+      if (!aten_param(p) || !same(p.grad()) || !state_ok<State>(opt, p, same)) return false;
+    }
+  return true;
+}
+
+/// The state of `p`, created as torch::optim creates it (zeros, step 0) on its first step.
+template <class State>
+State& state_for(torch::optim::Optimizer& opt, const torch::Tensor& p, bool amsgrad) {
+  auto key = compat::optimizer_state_key(p);
+  auto it = opt.state().find(key);
+  if (it == opt.state().end()) {
+    auto st = std::make_unique<State>();
+    st->step(0);
+    st->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    st->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    if (amsgrad) st->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    opt.state()[key] = std::move(st);
+    it = opt.state().find(key);
+  }
+  auto& st = static_cast<State&>(*it->second);
+  // amsgrad switched on after the state was made: start its maximum at zero (torch::optim 1.13
+  // would fail on the undefined tensor).
+  if (amsgrad && !st.max_exp_avg_sq().defined()) st.max_exp_avg_sq(torch::zeros_like(p));
+  return st;
 }
 
 // Below this many elements a parameter is stepped on the calling thread.
 constexpr int64_t kGrain = 1 << 15;
 
 template <class Options, class State, bool kDecoupled>
-void step_all(torch::optim::Optimizer& opt) {
+void host_step(torch::optim::Optimizer& opt, const Filter* only) {
   torch::NoGradGuard no_grad;
   for (auto& group : opt.param_groups()) {
     const auto& o = static_cast<const Options&>(group.options());
     const double lr = o.lr(), wd = o.weight_decay();
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      auto key = compat::optimizer_state_key(p);
-      auto it = opt.state().find(key);
-      if (it == opt.state().end()) {
-        // As torch::optim initializes it: zeros, step 0.
-        auto st = std::make_unique<State>();
-        st->step(0);
-        st->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        st->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        if (o.amsgrad()) st->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        opt.state()[key] = std::move(st);
-        it = opt.state().find(key);
-      }
-      auto& st = static_cast<State&>(*it->second);
-      // amsgrad switched on after the state was made: start its maximum at zero (torch::optim 1.13
-      // would fail on the undefined tensor).
-      if (o.amsgrad() && !st.max_exp_avg_sq().defined()) st.max_exp_avg_sq(torch::zeros_like(p));
+      if (!p.grad().defined() || !selected(only, p)) continue;
+      State& st = state_for<State>(opt, p, o.amsgrad());
       st.step(st.step() + 1);
       const double bc1 = 1 - std::pow(beta1, static_cast<double>(st.step()));
       const double bc2 = 1 - std::pow(beta2, static_cast<double>(st.step()));
@@ -103,6 +136,43 @@ void step_all(torch::optim::Optimizer& opt) {
   }
 }
 
+template <class Options, class State, bool kDecoupled>
+void aten_step(torch::optim::Optimizer& opt, const Filter* only) {
+  torch::NoGradGuard no_grad;
+  for (auto& group : opt.param_groups()) {
+    const auto& o = static_cast<const Options&>(group.options());
+    // One kernel call per device and dtype, as PyTorch's optimizers group them.
+    struct Lists {
+      std::vector<torch::Tensor> p, g, m, v, vmax;
+      std::vector<float> steps;
+    };
+    std::map<std::tuple<int, int, int>, Lists> lists;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined() || !selected(only, p)) continue;
+      State& st = state_for<State>(opt, p, o.amsgrad());
+      st.step(st.step() + 1);
+      Lists& l = lists[{static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type())}];
+      l.p.push_back(p);
+      l.g.push_back(p.grad());
+      l.m.push_back(st.exp_avg());
+      l.v.push_back(st.exp_avg_sq());
+      if (o.amsgrad()) l.vmax.push_back(st.max_exp_avg_sq());
+      l.steps.push_back(static_cast<float>(st.step()));
+    }
+    for (auto& [key, l] : lists) {
+      // The kernel reads each parameter's step number from a float tensor on its device. To a GPU
+      // they go from pinned memory without waiting for the stream: the step may be queued inside
+      // backward (optimizer_in_backward), behind kernels the host must not wait for.
+      const torch::Device device = l.p.front().device();
+      torch::Tensor host = torch::tensor(l.steps, torch::kFloat);
+      std::vector<torch::Tensor> steps =
+          (device.is_cpu() ? host : host.pin_memory().to(device, /*non_blocking=*/true)).unbind(0);
+      compat::fused_adam_(kDecoupled, l.p, l.g, l.m, l.v, l.vmax, steps, o.lr(), std::get<0>(o.betas()),
+                          std::get<1>(o.betas()), o.weight_decay(), o.eps(), o.amsgrad());
+    }
+  }
+}
+
 enum class Kind { None, Adam, AdamW };
 Kind kind_of(const torch::optim::Optimizer& opt) {
   if (typeid(opt) == typeid(torch::optim::AdamW)) return Kind::AdamW;
@@ -110,27 +180,123 @@ Kind kind_of(const torch::optim::Optimizer& opt) {
   return Kind::None;
 }
 
-}  // namespace
-
-bool fused_adam_supported(torch::optim::Optimizer& optimizer) {
-  switch (kind_of(optimizer)) {
+AdamStepPath path_of(torch::optim::Optimizer& opt, const Filter* only) {
+  switch (kind_of(opt)) {
     case Kind::AdamW:
-      return all_ok<torch::optim::AdamWParamState>(optimizer);
+      if (host_ok<torch::optim::AdamWParamState>(opt, only)) return AdamStepPath::Host;
+      if (aten_ok<torch::optim::AdamWParamState>(opt, only)) return AdamStepPath::ATen;
+      break;
     case Kind::Adam:
-      return all_ok<torch::optim::AdamParamState>(optimizer);
+      if (host_ok<torch::optim::AdamParamState>(opt, only)) return AdamStepPath::Host;
+      if (aten_ok<torch::optim::AdamParamState>(opt, only)) return AdamStepPath::ATen;
+      break;
     case Kind::None:
       break;
   }
-  return false;
+  return AdamStepPath::Step;
+}
+
+/// Steps by a fused path after checking that it takes every selected parameter.
+void fused(torch::optim::Optimizer& opt, AdamStepPath path, const Filter* only) {
+  const Kind kind = kind_of(opt);
+  TORCH_CHECK(kind != Kind::None, "fused Adam: ", to_string(path),
+              " steps only torch::optim::Adam and AdamW (exactly those classes)");
+  const bool adamw = kind == Kind::AdamW;
+  if (path == AdamStepPath::Host) {
+    TORCH_CHECK(
+        adamw ? host_ok<torch::optim::AdamWParamState>(opt, only) : host_ok<torch::optim::AdamParamState>(opt, only),
+        "fused Adam: the host kernel takes dense contiguous fp32 CPU parameters, gradients and state only");
+    adamw ? host_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>(opt, only)
+          : host_step<torch::optim::AdamOptions, torch::optim::AdamParamState, false>(opt, only);
+    return;
+  }
+  TORCH_CHECK(
+      adamw ? aten_ok<torch::optim::AdamWParamState>(opt, only) : aten_ok<torch::optim::AdamParamState>(opt, only),
+      "fused Adam: PyTorch's fused kernel is not available for these tensors with this LibTorch (", TORCH_VERSION,
+      "; CUDA needs 2.1+, CPU 2.4+; fp32/bf16/fp16, dense, contiguous)");
+  adamw ? aten_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>(opt, only)
+        : aten_step<torch::optim::AdamOptions, torch::optim::AdamParamState, false>(opt, only);
+}
+
+}  // namespace
+
+const char* to_string(AdamStepPath path) {
+  switch (path) {
+    case AdamStepPath::Host:
+      return "host";
+    case AdamStepPath::ATen:
+      return "aten";
+    case AdamStepPath::Step:
+      break;
+  }
+  return "step";
+}
+
+AdamStepPath fused_adam_path(torch::optim::Optimizer& optimizer) { return path_of(optimizer, nullptr); }
+
+bool fused_adam_supported(torch::optim::Optimizer& optimizer) {
+  return fused_adam_path(optimizer) != AdamStepPath::Step;
 }
 
 bool fused_adam_step(torch::optim::Optimizer& optimizer) {
-  if (!fused_adam_supported(optimizer)) return false;
-  if (kind_of(optimizer) == Kind::AdamW)
-    step_all<torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>(optimizer);
-  else
-    step_all<torch::optim::AdamOptions, torch::optim::AdamParamState, false>(optimizer);
+  const AdamStepPath path = fused_adam_path(optimizer);
+  if (path == AdamStepPath::Step) return false;
+  fused(optimizer, path, nullptr);
   return true;
+}
+
+void fused_adam_step(torch::optim::Optimizer& optimizer, AdamStepPath path) {
+  if (path == AdamStepPath::Step)
+    optimizer.step();
+  else
+    fused(optimizer, path, nullptr);
+}
+
+AdamStepPath step_parameters(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params) {
+  Filter only;
+  for (const auto& p : params) only.insert(p.unsafeGetTensorImpl());
+  const AdamStepPath path = path_of(optimizer, &only);
+  if (path != AdamStepPath::Step) {
+    fused(optimizer, path, &only);
+    return path;
+  }
+  // Each group cut down to the selected parameters for one step(), then restored.
+  std::vector<std::vector<torch::Tensor>> saved;
+  for (auto& group : optimizer.param_groups()) {
+    saved.push_back(group.params());
+    std::vector<torch::Tensor> mine;
+    for (auto& p : group.params())
+      if (selected(&only, p)) mine.push_back(p);
+    group.params() = std::move(mine);
+  }
+  auto restore = [&] {
+    for (size_t i = 0; i < saved.size(); ++i) optimizer.param_groups()[i].params() = std::move(saved[i]);
+  };
+  try {
+    optimizer.step();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+  return path;
+}
+
+int64_t adam_state_bytes(torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  auto add = [&](const torch::Tensor& t) { bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
+  for (auto& kv : optimizer.state()) {
+    if (auto* a = dynamic_cast<torch::optim::AdamWParamState*>(kv.second.get())) {
+      add(a->exp_avg());
+      add(a->exp_avg_sq());
+      add(a->max_exp_avg_sq());
+    } else if (auto* b = dynamic_cast<torch::optim::AdamParamState*>(kv.second.get())) {
+      add(b->exp_avg());
+      add(b->exp_avg_sq());
+      add(b->max_exp_avg_sq());
+    }
+  }
+  return bytes;
 }
 
 }  // namespace volt

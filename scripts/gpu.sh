@@ -3,71 +3,159 @@
 # PyTorch (with the Debian deps carried in .gpu-deps, made by ../shared/gpu/prepare-deps.sh), runs
 # the test suite (the CUDA tests included) and the GPU benchmarks (volt and Lightning side by side),
 # and writes logs and tables to OUTDIR.
-# usage: scripts/gpu.sh OUTDIR [build] [test] [bench] [lightning]   (default: all of them)
+# usage: scripts/gpu.sh OUTDIR [build] [test] [bench] [lightning] [llm]   (default: all of them)
+#
+# Each step builds only what it needs, so that one run fits in ten minutes: `build` makes volt_cli
+# and bench_gpu, plus volt_tests and volt_test_worker when `test` is asked for too.
+# Environment (all optional):
+#   VOLT_GPU_DEPS         the carried deps (default .gpu-deps; relative to the repository or absolute)
+#   VOLT_GPU_BUILD_DIR    the build folder (default build-gpu)
+#   VOLT_GPU_TEST_SOURCES a regular expression on test source paths: only those test files are built
+#                         (e.g. "strategies/test_cuda|optim/"; default: all)
+#   VOLT_CATCH_FILTER     Catch test specs (e.g. "[cuda],[optim]"): volt_tests runs them directly,
+#                         instead of ctest
+#   VOLT_CTEST_ARGS       extra ctest arguments (e.g. "-R CUDA") when VOLT_CATCH_FILTER is unset
+#   VOLT_GPU_VARIANTS, VOLT_LIGHTNING_VARIANTS, VOLT_GPU_BENCH_ARGS: the bench rows and their shape
+#   VOLT_GPU_DRY_RUN=1    print the commands instead of running them (tests/scripts checks them)
 set -uo pipefail
 out=${1:?usage: scripts/gpu.sh OUTDIR [build] [test] [bench] [lightning]}
 shift
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-steps=" ${*:-build test bench lightning} "
-cd "$(dirname "$0")/.."
-deps=$PWD/${VOLT_GPU_DEPS:-.gpu-deps}
+steps=" ${*:-build test bench lightning llm} "
+cd "$(dirname "$0")/.." || exit 2
+dry=${VOLT_GPU_DRY_RUN:-0}
+deps=${VOLT_GPU_DEPS:-.gpu-deps}
+[[ $deps == /* ]] || deps=$PWD/$deps
+bdir=${VOLT_GPU_BUILD_DIR:-build-gpu}
 [ -d "$deps/usr" ] || { echo "gpu.sh: $deps missing: run ../shared/gpu/prepare-deps.sh .gpu-deps and carry it"; exit 2; }
-torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+
+# Runs a command, or prints it under VOLT_GPU_DRY_RUN=1.
+run() {
+  if [ "$dry" = 1 ]; then
+    printf '+'
+    printf ' %q' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+# The same in folder $1 (the test programs run in the build's tests/ folder, as ctest runs them).
+run_in() {
+  local dir=$1
+  shift
+  if [ "$dry" = 1 ]; then
+    printf '+ cd %q &&' "$dir"
+    printf ' %q' "$@"
+    printf '\n'
+  else
+    (cd "$dir" && "$@")
+  fi
+}
+
+# The carried .pc files (SentencePiece, xxHash, ...) say prefix=/usr: copies that point into $deps
+# are searched first. CMake's find_package / find_library / find_path look under CMAKE_PREFIX_PATH.
+pc_dir=$deps/pkgconfig
+rm -rf "$pc_dir"
+mkdir -p "$pc_dir"
+for pc in "$deps"/usr/lib/*/pkgconfig/*.pc "$deps"/usr/lib/pkgconfig/*.pc "$deps"/usr/share/pkgconfig/*.pc; do
+  [ -f "$pc" ] || continue
+  sed -E -e "s#^([A-Za-z_]+)=/usr(/|\$)#\\1=$deps/usr\\2#" -e "s#-([IL])/usr/#-\\1$deps/usr/#g" "$pc" \
+    >"$pc_dir/$(basename "$pc")"
+done
+export PKG_CONFIG_PATH="$pc_dir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+# No pkg-config on the machine: the carried one (prepare-deps.sh ... pkgconf pkgconf-bin libpkgconf3).
+if ! command -v pkg-config >/dev/null && [ -x "$deps/usr/bin/pkgconf" ]; then export PKG_CONFIG="$deps/usr/bin/pkgconf"; fi
+
+if [ "$dry" = 1 ]; then
+  torch_prefix=TORCH_PREFIX
+  site=""
+else
+  torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+  site=$(python3 -c 'import site;print(" ".join(site.getsitepackages()))')
+fi
 export CMAKE_PREFIX_PATH="$deps/usr:$torch_prefix"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-site=$(python3 -c 'import site;print(" ".join(site.getsitepackages()))')
+# shellcheck disable=SC2086  # $site is a list of folders
 nccl_h=$(find /usr/local/cuda/include $site -name nccl.h 2>/dev/null | head -n 1)
-export NCCL_INCLUDE_DIR=$(dirname "${nccl_h:-/usr/local/cuda/include/nccl.h}")
+NCCL_INCLUDE_DIR=$(dirname "${nccl_h:-/usr/local/cuda/include/nccl.h}")
+export NCCL_INCLUDE_DIR
 data=$deps/data
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+[ "$dry" = 1 ] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 rc=0
 
 if [[ $steps == *" build "* ]]; then
   t0=$(date +%s)
+  targets=(volt_cli bench_gpu)
+  [[ $steps == *" test "* ]] && targets+=(volt_tests volt_test_worker)
   # The wheel ships no gloo headers. Debian's (carried in $deps/gloo-include) are used if they
   # compile against this LibTorch's ProcessGroupGloo.hpp; otherwise volt builds with NCCL only.
-  gloo_flag=""
-  if [ -d "$deps/gloo-include/gloo" ]; then
+  gloo_flag=()
+  if [ -d "$deps/gloo-include/gloo" ] && [ "$dry" != 1 ]; then
     ti=$(python3 -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"include"))')
     printf '#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>\nint main(){auto o=c10d::ProcessGroupGloo::Options::create();return o->threads;}\n' >/tmp/gloo_probe.cpp
     if g++ -std=gnu++17 -fsyntax-only -DUSE_C10D_GLOO -DUSE_DISTRIBUTED -I"$deps/usr/include" -I"$deps/gloo-include" \
          -isystem "$ti" -isystem "$ti/torch/csrc/api/include" -isystem /usr/local/cuda/include /tmp/gloo_probe.cpp \
          >"$out/gloo_probe.log" 2>&1; then
-      gloo_flag="-DVOLT_GLOO_INCLUDE_DIR=$deps/gloo-include"; echo "gloo: Debian's headers fit"
+      gloo_flag=(-DVOLT_GLOO_INCLUDE_DIR="$deps/gloo-include"); echo "gloo: Debian's headers fit"
     else
       echo "gloo: Debian's headers do not fit this LibTorch (see gloo_probe.log); NCCL only"
     fi
   fi
   # -I (searched before the -isystem dirs) makes Debian's fmt 9, which Debian's spdlog 1.10 needs,
   # win over the newer fmt the PyTorch wheel ships in torch/include.
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
-    -DCMAKE_CXX_FLAGS="-I$deps/usr/include" $gloo_flag \
+  run cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+    -DCMAKE_CXX_FLAGS="-I$deps/usr/include" "${gloo_flag[@]}" \
+    -DCMAKE_DISABLE_FIND_PACKAGE_Protobuf=ON -DCMAKE_DISABLE_FIND_PACKAGE_CURL=ON -DVOLT_TEST_SOURCE_FILTER="${VOLT_GPU_TEST_SOURCES:-}" \
     >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
-  cmake --build build-gpu -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -B2 -A12 "error" "$out/build.log" | head -150; exit 1; }
-  echo "build: $(( $(date +%s) - t0 )) s"
+  run cmake --build "$bdir" -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
+    { grep -B2 -A12 "error" "$out/build.log" | head -150; exit 1; }
+  [ "$dry" = 1 ] && cat "$out/configure.log" "$out/build.log"
+  echo "build (${targets[*]}): $(( $(date +%s) - t0 )) s"
 fi
 
 if [[ $steps == *" test "* ]]; then
-  # The whole suite: the CPU tests check the LibTorch 2.x build, [cuda] ones the GPU paths.
-  # VOLT_CTEST_ARGS narrows it (e.g. "-R CUDA"); logs append, so several runs can share OUTDIR.
-  (cd build-gpu && ctest --output-on-failure -j8 --timeout 300 ${VOLT_CTEST_ARGS:-} >>"$out/ctest.log" 2>&1) || rc=1
-  tail -n 25 "$out/ctest.log"
+  # The whole suite by default: the CPU tests check the LibTorch 2.x build, [cuda] ones the GPU
+  # paths. Logs append, so several runs can share OUTDIR.
+  if [ -n "${VOLT_CATCH_FILTER:-}" ]; then
+    run_in "$bdir/tests" ./volt_tests "$VOLT_CATCH_FILTER" >>"$out/tests.log" 2>&1 || rc=1
+    tail -n 25 "$out/tests.log"
+  else
+    # shellcheck disable=SC2086  # VOLT_CTEST_ARGS is a list of arguments
+    run_in "$bdir" ctest --output-on-failure -j8 --timeout 300 ${VOLT_CTEST_ARGS:-} >>"$out/ctest.log" 2>&1 || rc=1
+    tail -n 25 "$out/ctest.log"
+  fi
 fi
 
 if [[ $steps == *" bench "* ]]; then
   for v in ${VOLT_GPU_VARIANTS:-fsdp fsdp_ac ddp fsdp_offload fsdp_fp16}; do
-    timeout 300 build-gpu/bench/bench_gpu "$data/wikitext-2" "$out/bench.jsonl" "$v" ${VOLT_GPU_BENCH_ARGS:-} \
+    # shellcheck disable=SC2086
+    run timeout 300 "$bdir/bench/bench_gpu" "$data/wikitext-2" "$out/bench.jsonl" "$v" ${VOLT_GPU_BENCH_ARGS:-} \
       >>"$out/bench.log" 2>&1 || { echo "bench_gpu $v failed:"; tail -5 "$out/bench.log"; rc=1; }
   done
 fi
 
 if [[ $steps == *" lightning "* ]]; then
   for v in ${VOLT_LIGHTNING_VARIANTS:-"--strategy fsdp --ac 0" "--strategy fsdp --ac 1" "--strategy fsdp --ac 0 --precision 16-mixed"}; do
-    timeout 300 python3 bench/gpu/lightning_fsdp.py "$data/lightning" "$out/bench.jsonl" $v ${VOLT_GPU_BENCH_ARGS:-} \
+    # shellcheck disable=SC2086
+    run timeout 300 python3 bench/gpu/lightning_fsdp.py "$data/lightning" "$out/bench.jsonl" $v ${VOLT_GPU_BENCH_ARGS:-} \
       >>"$out/lightning.log" 2>&1 || { echo "lightning $v failed:"; tail -5 "$out/lightning.log"; rc=1; }
   done
 fi
 
-[ -f "$out/bench.jsonl" ] && python3 bench/gpu/table.py "$out/bench.jsonl" | tee "$out/table.md"
+if [[ $steps == *" llm "* ]]; then
+  # The LLM workload's 1 B Llama (configs/llm/1b.yaml's shape) on random tokens, volt and Lightning.
+  shape="--hidden 2048 --layers 16 --heads 16 --kv_heads 8 --vocab 32000 --batch ${VOLT_LLM_BATCH:-8} --block ${VOLT_LLM_BLOCK:-2048} --steps ${VOLT_LLM_STEPS:-10} --warmup 3"
+  for v in ${VOLT_LLM_VARIANTS:-fsdp}; do
+    # shellcheck disable=SC2086
+    run timeout 300 "$bdir/bench/bench_gpu" "$data/wikitext-2" "$out/bench.jsonl" "$v" --llm 1 --ffn 8192 --tied 0 $shape \
+      >>"$out/bench.log" 2>&1 || { echo "bench_gpu --llm 1 $v failed:"; tail -5 "$out/bench.log"; rc=1; }
+  done
+  # shellcheck disable=SC2086
+  run timeout 300 python3 bench/gpu/lightning_llm.py "$out/bench.jsonl" --intermediate 8192 --tie 0 --rope_theta 500000 $shape \
+    >>"$out/lightning.log" 2>&1 || { echo "lightning_llm failed:"; tail -5 "$out/lightning.log"; rc=1; }
+fi
+
+[ "$dry" = 1 ] && cat "$out"/bench.log "$out"/lightning.log 2>/dev/null
+[ -f "$out/bench.jsonl" ] && [ "$dry" != 1 ] && python3 bench/gpu/table.py "$out/bench.jsonl" | tee "$out/table.md"
 exit $rc

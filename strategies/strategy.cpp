@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
@@ -119,11 +120,13 @@ double Strategy::clip_gradients(torch::optim::Optimizer& optimizer, double value
 
 bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer, const std::function<void()>& before_step) {
   auto scope = profile(profiler_, "optimizer_step");
-  const bool stepped = precision_.optimizer_step(optimizer, before_step, [&] {
-    if (!fused_adam_step(optimizer)) optimizer.step();
-  });
+  const bool stepped = precision_.optimizer_step(optimizer, before_step, [&] { run_optimizer_step(optimizer); });
   after_optimizer_step();
   return stepped;
+}
+
+void Strategy::run_optimizer_step(torch::optim::Optimizer& optimizer) {
+  if (!fused_adam_step(optimizer)) optimizer.step();
 }
 
 void Strategy::zero_grad(torch::optim::Optimizer& optimizer) {
@@ -168,7 +171,11 @@ StateComm& Strategy::state_comm() {
 
 StateLayout Strategy::state_layout(LightningModule& module, const OptimizerList& optimizers) {
   StateLayout l;
-  for (auto& kv : module.named_parameters()) l.params.emplace_back(kv.key(), kv.value());
+  // A tensor registered under several names (tied weights) is saved once, under its first name, as
+  // FSDP's flat entries name it: checkpoints of every strategy then hold the same names.
+  std::set<const c10::TensorImpl*> seen;
+  for (auto& kv : module.named_parameters())
+    if (seen.insert(kv.value().unsafeGetTensorImpl()).second) l.params.emplace_back(kv.key(), kv.value());
   for (auto& kv : module.named_buffers()) l.buffers.emplace_back(kv.key(), kv.value());
   l.optimizers = optimizers;
   return l;

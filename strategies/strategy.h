@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "volt/checkpoint/checkpoint.h"
@@ -39,6 +40,15 @@ class Strategy {
 
   // ---- capabilities: asked by the Trainer before training starts -----------------------------
   virtual bool supports_gradient_clipping(GradientClipAlgorithm algorithm) const { return true; }
+  /// True when the optimizer steps inside backward, each piece as soon as its gradient is ready
+  /// (FSDP's optimizer_in_backward): optimizer_step() then runs the hooks but steps nothing, and
+  /// the Trainer refuses what needs every gradient before a step (clipping by norm, 16-mixed's
+  /// skipped steps, manual optimization, several optimizers).
+  virtual bool steps_in_backward() const { return false; }
+  /// With steps_in_backward: trainer.gradient_clip_val under algorithm "value", which must then be
+  /// applied to each piece before its step inside backward (nullopt: no clipping). Set by the
+  /// Trainer before fit.
+  virtual void set_clip_value_in_backward(std::optional<double> value) {}
   /// An empty string means the strategy can run this precision; otherwise the reason it cannot.
   virtual std::string precision_unsupported_reason(const Precision&) const { return {}; }
 
@@ -113,9 +123,10 @@ class Strategy {
   virtual double gradient_norm(torch::optim::Optimizer& optimizer);
   /// One optimizer step as the precision runs it: unscale (16-mixed), `before_step` (the hooks and
   /// clipping, which see true gradients), then the step unless a gradient was inf/nan on some rank.
-  /// The step itself: torch::optim::Adam/AdamW over fp32 host tensors (CPU training, FSDP's
-  /// cpu_offload) with volt's fused single-pass step (optim/fused_adam.h), anything else with its
-  /// own step(). Returns whether the optimizer stepped.
+  /// The step itself (run_optimizer_step): torch::optim::Adam/AdamW with a fused step where one
+  /// applies (optim/fused_adam.h: volt's single pass over fp32 host tensors, PyTorch's fused kernel
+  /// on CUDA with LibTorch 2.1+), anything else with its own step(). Returns whether the optimizer
+  /// stepped.
   bool optimizer_step(
       torch::optim::Optimizer& optimizer, const std::function<void()>& before_step = [] {});
   virtual void zero_grad(torch::optim::Optimizer& optimizer);
@@ -152,6 +163,10 @@ class Strategy {
  protected:
   /// loss.backward() with the strategy's gradient synchronization (DDP, FSDP override it).
   virtual void run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients);
+  /// The optimizer step itself, after unscaling, hooks and clipping: volt's fused Adam/AdamW step
+  /// where it applies (optim/fused_adam.h), else optimizer.step(). FSDP's optimizer_in_backward
+  /// overrides it: its steps ran inside backward.
+  virtual void run_optimizer_step(torch::optim::Optimizer& optimizer);
   /// Called after every optimizer_step (FSDP refreshes a root gathered for a manual step's next forward).
   virtual void after_optimizer_step() {}
   /// Sum of a local squared norm across the ranks that hold different gradient pieces.

@@ -113,6 +113,11 @@ struct FSDPOptions {
   /// true: rank 0's parameters and buffers are broadcast to every rank before sharding. false: no
   /// broadcast; the ranks must already hold the same values (checked, ConfigError otherwise).
   bool sync_module_states = false;
+  /// Step each unit's shard inside backward, as soon as its reduced gradient is ready (PyTorch's
+  /// optimizer_in_backward; with cpu_offload the host steps overlap the GPU's backward, as in
+  /// ZeRO-Offload). Gives the same parameters as stepping after backward; refused where it could
+  /// not (docs/fsdp.md).
+  bool optimizer_in_backward = false;
   int64_t timeout = 1800;
   std::string process_group_backend;
 
@@ -123,7 +128,8 @@ struct FSDPOptions {
         "param_dtype", param_dtype)("reduce_dtype", reduce_dtype)("buffer_dtype", buffer_dtype)(
         "state_dict_type", state_dict_type)("device_mesh", device_mesh)("limit_all_gathers", limit_all_gathers)(
         "backward_prefetch", backward_prefetch)("forward_prefetch", forward_prefetch)(
-        "sync_module_states", sync_module_states)("timeout", timeout)("process_group_backend", process_group_backend);
+        "sync_module_states", sync_module_states)("optimizer_in_backward", optimizer_in_backward)("timeout", timeout)(
+        "process_group_backend", process_group_backend);
   }
   /// Normalizes case ("full_shard" -> "FULL_SHARD") and checks every value; throws ConfigError.
   void validate();

@@ -72,16 +72,17 @@ void EvaluationLoop::run(LightningModule& module, const std::vector<DataLoader*>
     }
   }
   metrics_.set_dataloader(0, 1);
+  // Lightning's order: the epoch-end hooks may log (an epoch value computed from the whole epoch),
+  // so the epoch's metrics are reduced after them, and on_validation_end sees the result.
+  if (is_val)
+    hooks_.on_validation_epoch_end(module);
+  else
+    hooks_.on_test_epoch_end(module);
   if (stage == RunningStage::Sanity)
     metrics_.reset_epoch(Metrics::Loop::Eval);  // sanity-check metrics are never logged
   else
     metrics_.finish_epoch(Metrics::Loop::Eval, progress);
-  if (is_val) {
-    hooks_.on_validation_epoch_end(module);
-    hooks_.on_validation_end(module);
-  } else {
-    hooks_.on_test_epoch_end(module);
-  }
+  if (is_val) hooks_.on_validation_end(module);
   if (was_training) module.train();
   stage_ = saved;
 }

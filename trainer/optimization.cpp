@@ -16,6 +16,11 @@ void Optimization::configure(LightningModule& module) {
   optimizers_ = module.configure_optimizers();
   validate(module);
   record_ownership(module);
+  if (strategy_.steps_in_backward()) {
+    const bool by_value = options_.gradient_clip_val && *options_.gradient_clip_val > 0 &&
+                          options_.gradient_clip_algorithm.value() == GradientClipAlgorithm::Value;
+    strategy_.set_clip_value_in_backward(by_value ? options_.gradient_clip_val : std::nullopt);
+  }
   for (auto& c : optimizers_.configs) strategy_.setup_optimizer(module, c);
   lightning_optimizers_.clear();
   std::vector<LightningOptimizer*> views;
@@ -59,6 +64,7 @@ void Optimization::validate(LightningModule& module) {
                "config key 'trainer.gradient_clip_val': automatic gradient clipping is not available under manual "
                "optimization; call clip_gradients(optimizer, value) in training_step before the step instead");
   }
+  if (strategy_.steps_in_backward()) validate_steps_in_backward(module);
   for (size_t i = 0; i < optimizers_.size(); ++i) {
     const OptimizerConfig& c = optimizers_[i];
     const std::string which =
@@ -78,6 +84,30 @@ void Optimization::validate(LightningModule& module) {
                  "; the learning rate must be a finite number >= 0");
     }
   }
+}
+
+void Optimization::validate_steps_in_backward(LightningModule& module) {
+  // Each unit steps as soon as its own gradient is ready: what needs every gradient of the step
+  // first cannot give the same result, so it is refused rather than approximated.
+  const std::string key = "trainer.strategy.optimizer_in_backward";
+  VOLT_CHECK(module.automatic_optimization, ConfigError, "config key '", key,
+             "': the optimizer steps inside the Trainer's backward, but this module uses manual optimization "
+             "(automatic_optimization = false), where training_step runs backward and steps itself. Turn ",
+             key, " off");
+  VOLT_CHECK(optimizers_.size() == 1, ConfigError, "config key '", key, "': configure_optimizers() returned ",
+             optimizers_.size(), " optimizers; stepping inside backward needs exactly one. Turn ", key, " off");
+  VOLT_CHECK(!options_.gradient_clip_val || *options_.gradient_clip_val <= 0 ||
+                 options_.gradient_clip_algorithm.value() != GradientClipAlgorithm::Norm,
+             ConfigError, "config key 'trainer.gradient_clip_val': clipping by norm cannot run with ", key,
+             ": the norm needs every gradient of the step, but each unit steps as soon as its own gradient is "
+             "ready. Clip by value (trainer.gradient_clip_algorithm: value; applied to each unit before its step), "
+             "or turn ",
+             key, " off");
+  VOLT_CHECK(strategy_.precision().grad_scaler() == nullptr, ConfigError, "config key 'trainer.precision': '",
+             strategy_.precision().name(), "' cannot run with ", key,
+             ": its gradient scaler skips the whole step when any gradient is inf/nan, which is known only after "
+             "the last unit's gradient, when the other units have stepped. Use bf16-mixed, or turn ",
+             key, " off");
 }
 
 void Optimization::record_ownership(LightningModule& module) {

@@ -74,6 +74,8 @@ class Optimization : public OptimizationHost {
 
  private:
   void validate(LightningModule& module);
+  /// Refuses what the strategy's steps inside backward could not give exactly (ConfigError).
+  void validate_steps_in_backward(LightningModule& module);
   /// Records which module parameters each optimizer holds (before the strategy swaps them for shards).
   void record_ownership(LightningModule& module);
   torch::optim::Optimizer& optimizer(size_t index);

@@ -84,7 +84,7 @@ void Trainer::set_loggers(std::vector<std::shared_ptr<Logger>> loggers) {
 
 void Trainer::setup(LightningModule& module, const std::string& stage) {
   module_ = &module;
-  module.attach(this, this);
+  module.attach(this, this, this);
   if (module_ready_) return;
   // Capabilities first: fail before any work.
   if (options_.gradient_clip_val && *options_.gradient_clip_val > 0)
@@ -189,6 +189,8 @@ void Trainer::wait_for_ranks() {
 void Trainer::log_metric(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
   metrics_.log(name, value, options, stage_);
 }
+
+void Trainer::wrap_unit(torch::nn::Module& module) { strategy_->wrap(module); }
 
 void Trainer::fit(LightningModule& module, DataLoader& train_loader, DataLoader* val_loader,
                   const std::string& ckpt_path) {

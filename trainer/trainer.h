@@ -33,7 +33,7 @@
 
 namespace volt {
 
-class Trainer : public LogSink {
+class Trainer : public LogSink, public WrapHost {
  public:
   /// Validates `options` (ConfigError on bad values) and builds the strategy it names.
   explicit Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks = {});
@@ -138,6 +138,8 @@ class Trainer : public LogSink {
 
   /// Called by LightningModule::log.
   void log_metric(const std::string& name, const torch::Tensor& value, const LogOptions& options) override;
+  /// Called by LightningModule::wrap: the strategy's wrap.
+  void wrap_unit(torch::nn::Module& module) override;
 
  private:
   void setup(LightningModule& module, const std::string& stage);

@@ -2,8 +2,19 @@
 // same way as bench/gpu/lightning_fsdp.py times Lightning (median step over the timed steps, host
 // clock after a device synchronize). Appends one JSON line per run to OUT_JSON.
 // usage: bench_gpu DATA_DIR OUT_JSON VARIANT [--ninp 1024 --nhead 64 --nhid 4096 --nlayers 32
-//        --batch 8 --block 256 --steps 30 --warmup 5]
-// VARIANT: fsdp | fsdp_ac | fsdp_offload | fsdp_fp16 (16-mixed) | ddp | single
+//        --batch 8 --block 256 --steps 30 --warmup 5 --in_backward 0]
+//        With --llm 1, the LLM workload's Llama decoder (demos/llm/) on random tokens instead, shaped by
+//        [--hidden 2048 --layers 16 --heads 16 --kv_heads 8 --ffn 8192 --vocab 32000 --tied 0]
+//        (configs/llm/1b.yaml; bench/gpu/lightning_llm.py trains the same model in Lightning).
+// VARIANT: fsdp | fsdp_ac | fsdp_offload | fsdp_fp16 (16-mixed) | ddp | single, each fsdp one also
+// with "+oib" (or --in_backward 1): FSDP's optimizer_in_backward (the row's strategy keeps "+oib").
+//
+// Parameters are counted by shape when training starts (FSDP has sharded them by then and frees
+// them after fit); FLOPs per token as torchtitan counts them (profiler/model_flops.h: 6 per
+// non-embedding parameter plus attention's 12 * layers * heads * head_dim * block, where the
+// encoder-decoder's layers are 3 * nlayers attention blocks). Host memory: the exact-size host
+// buffers (core/host_buffers.h: offloaded shards and gradients) and the optimizer state against the
+// fp32 state (16 bytes a parameter), and the peak RSS against the same.
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -13,10 +24,15 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <string>
 
 #include "volt/core/compat.h"
+#include "volt/core/host_buffers.h"
 #include "volt/demos/language_model.h"
+#include "volt/demos/llm/llama_lm.h"
 #include "volt/demos/wikitext2_data.h"
+#include "volt/optim/fused_adam.h"
+#include "volt/profiler/model_flops.h"
 #include "volt/trainer/trainer.h"
 
 using namespace volt;
@@ -26,6 +42,9 @@ namespace {
 struct StepTimer : Callback {
   explicit StepTimer(int64_t warmup) : warmup(warmup) {}
   std::string state_key() const override { return "StepTimer"; }
+  // By shape, once the model is built and set up (configure_model; FSDP has sharded it by now and
+  // gives it back as empty tensors after fit).
+  void on_train_start(Trainer&, LightningModule& m) override { params = count_parameters(m); }
   void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t) override {
     torch::cuda::synchronize();
     t0 = Clock::now();
@@ -37,6 +56,30 @@ struct StepTimer : Callback {
   int64_t warmup;
   Clock::time_point t0;
   std::vector<double> times;
+  ParameterCount params;
+};
+
+/// Peak resident memory of this process (VmHWM), in bytes.
+int64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+/// Token windows of a seeded generator (sample i depends on i only): the LLM rows need no tokenizer.
+class RandomTokens : public Dataset {
+ public:
+  RandomTokens(int64_t n, int64_t block, int64_t vocab) : n_(n), block_(block), vocab_(vocab) {}
+  int64_t size() const override { return n_; }
+  Batch get(int64_t i) const override {
+    auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(i) + 1);
+    auto w = torch::randint(vocab_, {block_ + 1}, gen, torch::kLong);
+    return Batch{}.set("input_ids", w.narrow(0, 0, block_)).set("labels", w.narrow(0, 1, block_));
+  }
+
+ private:
+  int64_t n_, block_, vocab_;
 };
 
 double matmul_tflops() {
@@ -57,10 +100,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_gpu DATA_DIR OUT_JSON VARIANT [--key value ...]\n");
     return 2;
   }
-  const std::string dir = argv[1], out = argv[2], variant = argv[3];
-  std::map<std::string, int64_t> a = {{"ninp", 1024}, {"nhead", 64},  {"nhid", 4096}, {"nlayers", 32},
-                                      {"batch", 8},   {"block", 256}, {"steps", 30},  {"warmup", 5}};
+  const std::string dir = argv[1], out = argv[2];
+  std::string variant = argv[3];
+  std::map<std::string, int64_t> a = {
+      {"ninp", 1024}, {"nhead", 64},   {"nhid", 4096},     {"nlayers", 32},  {"batch", 8},     {"block", 256},
+      {"steps", 30},  {"warmup", 5},   {"in_backward", 0}, {"llm", 0},       {"hidden", 2048}, {"layers", 16},
+      {"heads", 16},  {"kv_heads", 8}, {"ffn", 8192},      {"vocab", 32000}, {"tied", 0}};
   for (int i = 4; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = std::stoll(argv[i + 1]);
+  // "fsdp_offload+oib": the variant with optimizer_in_backward, as --in_backward 1.
+  const std::string oib = "+oib";
+  if (variant.size() > oib.size() && variant.compare(variant.size() - oib.size(), oib.size(), oib) == 0) {
+    variant.resize(variant.size() - oib.size());
+    a["in_backward"] = 1;
+  }
   spdlog::set_level(spdlog::level::warn);
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "bench_gpu: no CUDA device\n");
@@ -96,13 +148,17 @@ int main(int argc, char** argv) {
   t.num_sanity_val_steps = 0;
   t.logger = false;
   t.seed = 42;
-  const ModulePolicy layers{{"TransformerEncoderLayer", "TransformerDecoderLayer"}, 0, nullptr};
+  const bool llm = a["llm"] != 0;
+  if (llm) t.gradient_clip_val = 1.0;  // the LLM recipe, as bench/gpu/lightning_llm.py clips
+  const ModulePolicy layers = llm ? ModulePolicy{{"LlamaDecoderLayer"}, 0, nullptr}
+                                  : ModulePolicy{{"TransformerEncoderLayer", "TransformerDecoderLayer"}, 0, nullptr};
   if (variant.rfind("fsdp", 0) == 0) {
     t.strategy = "fsdp";
     t.strategy.fsdp.auto_wrap_policy = layers;
     if (variant == "fsdp_ac") t.strategy.fsdp.activation_checkpointing_policy = layers;
     if (variant == "fsdp_offload") t.strategy.fsdp.cpu_offload = true;
     if (variant == "fsdp_fp16") t.precision = "16-mixed";  // with the sharded gradient scaler
+    t.strategy.fsdp.optimizer_in_backward = a["in_backward"] != 0;
   } else if (variant == "ddp") {
     t.strategy = "ddp";
   } else if (variant == "single") {
@@ -113,27 +169,65 @@ int main(int argc, char** argv) {
   }
   compat::cuda_reset_peak(0);
   auto timer = std::make_shared<StepTimer>(a["warmup"]);
-  demos::LanguageModel model(mopt);
+  demos::LlamaLMOptions lopt;
+  lopt.vocab_size = a["vocab"];
+  lopt.hidden_size = a["hidden"];
+  lopt.num_hidden_layers = a["layers"];
+  lopt.num_attention_heads = a["heads"];
+  lopt.num_key_value_heads = a["kv_heads"];
+  lopt.intermediate_size = a["ffn"];
+  lopt.max_position_embeddings = std::max<int64_t>(a["block"], 2048);
+  lopt.tie_word_embeddings = a["tied"] != 0;
+  lopt.lr = 1e-4;
+  std::unique_ptr<LightningModule> model;
+  if (llm)
+    model = std::make_unique<demos::LlamaLM>(lopt);
+  else
+    model = std::make_unique<demos::LanguageModel>(mopt);
+  HostBufferStats host;
+  int64_t optimizer_state_bytes = 0;
   {
     Trainer trainer(t, {timer});
-    auto loader = data.train_loader();
-    trainer.fit(model, *loader);
+    DataLoaderOptions lo;
+    lo.batch_size = a["batch"];
+    auto loader = llm ? std::make_shared<DataLoader>(
+                            std::make_shared<RandomTokens>(a["batch"] * t.max_steps, a["block"], a["vocab"]), lo)
+                      : data.train_loader();
+    trainer.fit(*model, *loader);
+    host = host_buffer_stats();
+    if (trainer.optimizer()) optimizer_state_bytes = adam_state_bytes(*trainer.optimizer());
   }
-  int64_t n_params = 0;
-  for (const auto& p : model.parameters()) n_params += p.numel();
+  const int64_t n_params = timer->params.total;
   std::sort(timer->times.begin(), timer->times.end());
   const double step = timer->times.empty() ? 0 : timer->times[timer->times.size() / 2];
   const double tokens = static_cast<double>(a["batch"] * a["block"]);
-  const double flops = 6.0 * static_cast<double>(n_params) * tokens;
-  char row[1024];
+  const double per_token = llm ? flops_per_token(timer->params.non_embedding(), a["layers"], a["heads"],
+                                                 a["hidden"] / a["heads"], a["block"])
+                               : flops_per_token(timer->params.non_embedding(), 3 * a["nlayers"], a["nhead"],
+                                                 a["ninp"] / a["nhead"], a["block"]);
+  const double flops = per_token * tokens;
+  // fp32 state: weight, gradient and Adam's two moments, 4 bytes each. Offloaded, all of it is on the
+  // host: the exact-size buffers (shards, gradients) plus the optimizer state.
+  const double state_bytes = 16.0 * static_cast<double>(n_params);
+  const bool offload = t.strategy.fsdp.cpu_offload && t.strategy.name == "fsdp";
+  const double host_per_state =
+      offload ? (static_cast<double>(host.peak_held) + static_cast<double>(optimizer_state_bytes)) / state_bytes : 0;
+  const std::string strategy = variant + (t.strategy.fsdp.optimizer_in_backward ? "+oib" : "");
+  char row[1536];
   std::snprintf(row, sizeof row,
-                "{\"framework\": \"volt\", \"strategy\": \"%s\", \"params\": %lld, \"batch\": %lld, \"block\": %lld, "
-                "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_alloc_mb\": %.1f, \"peak_reserved_mb\": %.1f, "
-                "\"tflops\": %.2f, \"matmul_tflops\": %.1f, \"mfu\": %.4f}",
-                variant.c_str(), static_cast<long long>(n_params), static_cast<long long>(a["batch"]),
+                "{\"framework\": \"volt\", \"model\": \"%s\", \"strategy\": \"%s\", \"params\": %lld, "
+                "\"params_non_embedding\": %lld, "
+                "\"batch\": %lld, \"block\": %lld, \"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_alloc_mb\": %.1f, "
+                "\"peak_reserved_mb\": %.1f, \"flops_per_token\": %.6g, \"tflops\": %.2f, \"matmul_tflops\": %.1f, "
+                "\"mfu\": %.4f, \"host_requested_mb\": %.1f, \"host_held_mb\": %.1f, \"optimizer_state_mb\": %.1f, "
+                "\"host_per_state_byte\": %.4f, \"peak_rss_mb\": %.1f, \"rss_per_state_byte\": %.4f}",
+                llm ? "llama" : "demo", strategy.c_str(), static_cast<long long>(n_params),
+                static_cast<long long>(timer->params.non_embedding()), static_cast<long long>(a["batch"]),
                 static_cast<long long>(a["block"]), step * 1e3, tokens / step,
-                compat::cuda_peak_allocated(0) / 1048576.0, compat::cuda_peak_reserved(0) / 1048576.0,
-                flops / step / 1e12, peak_rate, flops / step / 1e12 / peak_rate);
+                compat::cuda_peak_allocated(0) / 1048576.0, compat::cuda_peak_reserved(0) / 1048576.0, per_token,
+                flops / step / 1e12, peak_rate, flops / step / 1e12 / peak_rate, host.peak_requested / 1048576.0,
+                host.peak_held / 1048576.0, optimizer_state_bytes / 1048576.0, host_per_state,
+                peak_rss_bytes() / 1048576.0, static_cast<double>(peak_rss_bytes()) / state_bytes);
   std::printf("%s\n", row);
   std::ofstream(out, std::ios::app) << row << "\n";
   return 0;

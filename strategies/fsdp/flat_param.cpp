@@ -4,6 +4,7 @@
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
+#include "volt/core/host_buffers.h"
 #include "volt/core/large_buffer.h"
 
 namespace volt::detail {
@@ -32,13 +33,17 @@ FlatParam::FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries,
   // This rank's shard, copied piece by piece from the parameters that overlap it: no full-size
   // temporary, so a unit being sharded costs its own size once (its parameters), not twice.
   auto fopts = torch::TensorOptions().dtype(shard_dtype).device(shard_device);
-  shard_ = torch::zeros({sn}, fopts);
+  // CPU offload: exactly sn elements of host memory, page-locked where the device copies from it
+  // (pin_memory() would round the block up to a power of two and keep a pageable copy meanwhile).
+  if (offload && shard_device.is_cpu())
+    shard_ = host_buffer(sn, shard_dtype, /*pinned=*/offload_, "fsdp.shard").zero_();
+  else
+    shard_ = torch::zeros({sn}, fopts);
   const int64_t lo = shard_rank_ * sn, hi = lo + sn;
   for (auto& e : entries_) {
     const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
     if (a < b) shard_.narrow(0, a - lo, b - a).copy_(e.param.detach().reshape(-1).narrow(0, a - e.offset, b - a));
   }
-  if (offload_) shard_ = shard_.pin_memory();
   // Module parameters become views into the unsharded buffer.
   full_ = torch::empty({padded_}, fopts.dtype(param_dtype_).device(device));
   for (auto& e : entries_) e.param.set_data(full_.narrow(0, e.offset, e.numel).view(e.shape));
@@ -68,6 +73,7 @@ void FlatParam::release_params() {
   }
   for (auto& s : slices_) s.view.mutable_grad() = torch::Tensor();
   shard_grad_ = torch::Tensor();
+  grad_host_ = torch::Tensor();
 }
 
 void FlatParam::bind_params() {
@@ -91,8 +97,14 @@ void FlatParam::unshard_async(ProcessGroup* pg) {
   if (state_ != UnitState::Sharded) return;
   refill_full();
   at::AutoDispatchBelowADInplaceOrView guard;
-  // Offloaded: an asynchronous copy from pinned memory, cast on the way.
-  send_ = shard_.to(torch::TensorOptions().device(full_.device()).dtype(param_dtype_), /*non_blocking=*/offload_);
+  if (offload_) {
+    // An asynchronous copy from pinned memory as it is, cast on the device: a copy that also casts
+    // converts on the host first, into pageable memory, and then cannot overlap.
+    send_ = shard_.to(full_.device(), /*non_blocking=*/true);
+    if (send_.scalar_type() != param_dtype_) send_ = send_.to(param_dtype_);
+  } else {
+    send_ = shard_.to(torch::TensorOptions().device(full_.device()).dtype(param_dtype_));
+  }
   if (pg == nullptr || pg->size() == 1) {
     full_.copy_(send_);
     state_ = UnitState::Unsharded;
@@ -199,14 +211,16 @@ void FlatParam::accumulate_shard_grad(const torch::Tensor& g) {
   }
   // Offloaded: the gradient shard joins the master shard in host memory, where the optimizer
   // steps. The first gradient of a step is copied into pinned memory without blocking the host
-  // (backward goes on; FSDPStrategy waits once for all copies before the optimizer reads them).
-  // A fresh tensor each step, as before: LibTorch's caching host allocator reuses pinned blocks
-  // (and holds each until its copy is done), and a .grad someone kept is never overwritten.
+  // (backward goes on; the schedule waits for the copies before the optimizer reads them). The
+  // pinned buffer is allocated once, at its exact size, and reused while nobody else holds it (a
+  // .grad someone kept from an earlier step is never overwritten: a new buffer is made then).
   if (shard_grad_.defined()) {
     shard_grad_.add_(g.to(torch::kCPU));
     return;
   }
-  shard_grad_ = torch::empty({shard_numel()}, torch::TensorOptions().dtype(shard_.scalar_type()).pinned_memory(true));
+  if (!grad_host_.defined() || grad_host_.storage().use_count() > 1)
+    grad_host_ = host_buffer(shard_numel(), shard_.scalar_type(), /*pinned=*/true, "fsdp.grad");
+  shard_grad_ = grad_host_;
   shard_grad_.copy_(g, /*non_blocking=*/true);
 }
 

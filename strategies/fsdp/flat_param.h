@@ -38,7 +38,10 @@ class FlatParam {
  public:
   /// Takes over `entries` (their current values become the initial weights).
   /// `offload` (CPU offload, for a CUDA `device`): the fp32 shard, its gradient and so the optimizer
-  /// state live in pinned host memory; only the gathered parameters use the device.
+  /// state live in pinned host memory; only the gathered parameters use the device. The shard and
+  /// the gradient shard are host buffers of exact size (core/host_buffers.h: kinds "fsdp.shard" and
+  /// "fsdp.grad"), page-locked in CUDA builds; with a CPU `device` the shard is such a buffer too
+  /// (not page-locked), so its accounting can be checked anywhere.
   /// `shard_dtype`: the shard's (and its gradient's and so the optimizer state's) dtype.
   FlatParam(std::string unit_name, std::vector<FlatParamEntry> entries, int64_t shard_rank, int64_t shard_size,
             at::ScalarType param_dtype, torch::Device device, bool offload = false,
@@ -104,6 +107,7 @@ class FlatParam {
   torch::Tensor shard_grad_;  // same dtype
   torch::Tensor full_;        // param dtype, storage freed when sharded
   torch::Tensor send_;        // shard cast to param dtype for the gather
+  torch::Tensor grad_host_;   // offloaded: the exact-size pinned buffer the gradient shard reuses
   bool offload_ = false;
   CollectiveWork work_;
   // A reduction in flight (reduce_gradients_async .. finish_reduce).

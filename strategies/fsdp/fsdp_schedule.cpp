@@ -209,18 +209,49 @@ void FSDPSchedule::on_grads_ready(size_t ui) {
     // the next unit's backward and the buffers of at most two are alive (their gradient copies
     // are the largest transient of a step).
     if (in_flight_) units_[*in_flight_].flat->wait_reduce();
-    auto reduce_scope = profile(options_.profiler, "[FSDP]reduce_scatter");
-    u.flat->reduce_gradients_async(mesh_.shard_group(), options_.reduce_dtype, options_.world_size);
+    const std::optional<size_t> previous = in_flight_;
+    {
+      auto reduce_scope = profile(options_.profiler, "[FSDP]reduce_scatter");
+      u.flat->reduce_gradients_async(mesh_.shard_group(), options_.reduce_dtype, options_.world_size);
+    }
     in_flight_ = ui;
+    // optimizer_in_backward: the previous unit's gradient is final now; it steps while this unit's
+    // reduction runs. Units reduced at the end of backward step in finish_backward instead.
+    if (stepper_ && previous && in_backward_) finish_and_step(*previous);
   }
   // BACKWARD_POST: the next unit's gather starts once this unit's gradients are done (less overlap
   // than BACKWARD_PRE, one unit less in memory at the peak).
   if (in_backward_ && options_.backward_prefetch == BackwardPrefetch::BackwardPost) prefetch_backward(ui);
 }
 
+void FSDPSchedule::finish_and_step(size_t ui) {
+  FlatParam& f = *units_[ui].flat;
+  // Its gradient hooks all fired on this rank, so this rank had gradients, and every rank runs the
+  // same graph: the flag resolve_reductions would agree on is true.
+  f.finish_reduce(mesh_.replicate_group(), f.had_local_grad());
+  step_unit(ui);
+  ++backward_steps_.during_autograd;
+}
+
+void FSDPSchedule::step_unit(size_t ui) {
+  FlatParam& f = *units_[ui].flat;
+  f.expose_slice_grads();
+  // Offloaded, the gradient is still being copied to the host: the stepper waits for this mark.
+  compat::DeviceMark ready;
+  if (f.offloaded()) ready.record(options_.device);
+  auto scope = profile(options_.profiler, "[FSDP]optimizer_in_backward");
+  stepper_->step(f, ready);
+  stepped_[ui] = 1;
+  ++backward_steps_.units;
+}
+
 void FSDPSchedule::backward(const torch::Tensor& loss, bool sync) {
   sync_ = sync;
   for (auto& u : units_) u.begin_backward();
+  if (stepper_ && sync) {
+    stepped_.assign(units_.size(), 0);
+    backward_steps_ = {};
+  }
   in_backward_ = true;
   try {
     loss.backward();
@@ -228,6 +259,12 @@ void FSDPSchedule::backward(const torch::Tensor& loss, bool sync) {
     in_backward_ = false;
     sync_ = true;
     in_flight_.reset();
+    if (stepper_) {
+      try {
+        stepper_->finish();  // no step may still run on the shards once backward has failed
+      } catch (...) {
+      }
+    }
     throw;
   }
   in_backward_ = false;
@@ -246,7 +283,15 @@ void FSDPSchedule::finish_backward() {
     // all of them before the optimizer (on the host) reads them.
     if (std::any_of(units_.begin(), units_.end(), [](const FSDPUnit& u) { return u.flat->offloaded(); }))
       torch::cuda::synchronize(options_.device.index());
-    for (auto& u : units_) u.flat->expose_slice_grads();
+    if (stepper_) {
+      // optimizer_in_backward: the units not stepped yet (the last to get gradients, unused ones,
+      // the root), then every step finished before backward returns.
+      for (size_t i = 0; i < units_.size(); ++i)
+        if (!stepped_[i]) step_unit(i);
+      stepper_->finish();
+    } else {
+      for (auto& u : units_) u.flat->expose_slice_grads();
+    }
   }
   for (size_t i = 0; i < units_.size(); ++i) {
     reshard(i);

@@ -13,6 +13,10 @@
 ///   prefetch ......................... prefetch_after (forward / backward order), may_prefetch
 ///                                      (limit_all_gathers)
 ///   end of backward .................. finish_backward: unused units and the root, in unit order
+///   optimizer step in backward ....... (optimizer_in_backward) on_grads_ready -> finish_and_step:
+///                                      the previous unit's reduction finished, its slices stepped
+///                                      by the BackwardStepper while the next unit's reduction runs;
+///                                      finish_backward steps the rest and waits for all
 ///
 /// [Note: collective order] Every collective a rank issues must line up with the other ranks'. The
 /// forward order is the module's call order (the same on every rank); gradients become ready in
@@ -32,6 +36,7 @@
 #include "volt/profiler/profiler.h"
 #include "volt/strategies/fsdp/fsdp_mesh.h"
 #include "volt/strategies/fsdp/fsdp_unit.h"
+#include "volt/strategies/fsdp/optimizer_in_backward.h"
 #include "volt/strategies/strategy_options.h"
 
 namespace torch::autograd {
@@ -90,6 +95,17 @@ class FSDPSchedule {
   /// optimization with several optimizers).
   void zero_grad(const torch::optim::Optimizer& optimizer);
 
+  /// optimizer_in_backward: each unit's slices are stepped by `stepper` (borrowed; null turns it
+  /// off) as soon as the unit's reduced gradient is final, on sync steps only (an accumulation
+  /// micro-step reduces nothing, so nothing steps).
+  void set_stepper(BackwardStepper* stepper) { stepper_ = stepper; }
+  /// Units stepped in the last sync backward, and how many of them while autograd still ran (the
+  /// others at its end: the last unit to get gradients, unused units, the root).
+  struct BackwardSteps {
+    int64_t units = 0, during_autograd = 0;
+  };
+  const BackwardSteps& backward_steps() const { return backward_steps_; }
+
  private:
   friend class UnitInterceptor;
   void pre_forward(size_t unit);
@@ -101,6 +117,10 @@ class FSDPSchedule {
   /// activation-checkpointed.
   bool gathers_for_backward(size_t unit) const;
   void on_grads_ready(size_t unit);
+  /// optimizer_in_backward: completes the unit's reduction (this rank had its gradients) and steps it.
+  void finish_and_step(size_t unit);
+  /// Exposes the unit's shard gradient to its slices and hands it to the stepper.
+  void step_unit(size_t unit);
   void finish_backward();
   /// Waits for the reductions in flight, agrees on which units any rank had gradients for, and
   /// adds the means to the shard gradients.
@@ -121,6 +141,9 @@ class FSDPSchedule {
   std::optional<size_t> in_flight_;  // the unit whose reduce-scatter may still be running
   bool sync_ = true;
   bool in_backward_ = false;
+  BackwardStepper* stepper_ = nullptr;
+  std::vector<char> stepped_;  // per unit, this backward (optimizer_in_backward)
+  BackwardSteps backward_steps_;
 };
 
 }  // namespace volt::detail

@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <set>
 #include <sstream>
+#include <typeinfo>
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
@@ -80,8 +81,9 @@ std::set<c10::TensorImpl*> FSDPStrategy::wrapped_params() const {
 
 std::unique_ptr<detail::FlatParam> FSDPStrategy::make_flat(const std::string& name,
                                                            std::vector<detail::FlatParamEntry> entries) {
-  // cpu_offload matters only with a GPU: on the CPU everything already lives in host memory.
-  const bool offload = options_.cpu_offload && !root_device().is_cpu();
+  // cpu_offload moves shards off the device only with a GPU (on the CPU everything already lives in
+  // host memory); there it still makes the shards exact-size host buffers (FlatParam).
+  const bool offload = options_.cpu_offload;
   // Under a "-true" precision the model's own dtype is 16-bit: the shards keep it (2 bytes per
   // parameter, as Lightning's FSDP with bf16-true); otherwise fp32 master weights.
   const at::ScalarType shard_dtype = precision_.param_dtype();
@@ -147,11 +149,42 @@ void FSDPStrategy::setup_environment() {
 
 MeshLayout FSDPStrategy::mesh_layout() const { return mesh_.layout(); }
 
+namespace {
+/// Which modules hold each parameter directly, by their paths in the model.
+class ParamOwners {
+ public:
+  explicit ParamOwners(torch::nn::Module& model) {
+    // include_self would need the model to be owned by a shared_ptr (LibTorch's shared_from_this).
+    for (const auto& p : model.named_parameters(/*recurse=*/false))
+      owners_[p.value().unsafeGetTensorImpl()].push_back("");
+    for (const auto& item : model.named_modules("", /*include_self=*/false))
+      for (const auto& p : item.value()->named_parameters(/*recurse=*/false))
+        owners_[p.value().unsafeGetTensorImpl()].push_back(item.key());
+  }
+  /// The path of a module holding `param` outside the subtree at `unit` ("" when none; the
+  /// root unit "" contains every module).
+  std::string outside(const torch::Tensor& param, const std::string& unit) const {
+    auto it = owners_.find(param.unsafeGetTensorImpl());
+    if (it == owners_.end() || unit.empty()) return {};
+    for (const auto& path : it->second)
+      if (path != unit && path.rfind(unit + ".", 0) != 0) return path.empty() ? "<root>" : path;
+    return {};
+  }
+
+ private:
+  std::map<const c10::TensorImpl*, std::vector<std::string>> owners_;
+};
+}  // namespace
+
 std::vector<detail::FSDPUnit> FSDPStrategy::make_units(LightningModule& module) {
   // Units wrap() made while the model was built: named now that it is complete.
   std::map<const torch::nn::Module*, std::string> paths;
   for (const auto& item : module.named_modules("", /*include_self=*/false)) paths[item.value().get()] = item.key();
   std::set<c10::TensorImpl*> claimed = wrapped_params();
+  // [Note: tied weights] A parameter held by several modules (tied embeddings) belongs to the
+  // innermost unit that contains every module holding it, their common ancestor's unit, as in
+  // FSDP2: a unit that held it alone would free it while a module outside still reads it.
+  const ParamOwners owners(module);
   std::set<const torch::nn::Module*> wrapped_modules;
   std::vector<detail::FSDPUnit> wrapped;
   for (auto& w : wrapped_) {
@@ -159,7 +192,15 @@ std::vector<detail::FSDPUnit> FSDPStrategy::make_units(LightningModule& module) 
     VOLT_CHECK(it != paths.end(), ConfigError, "FSDP: a module given to wrap() ('", w.module->name(),
                "') is not part of the model; register it (register_module, a ModuleList) before configure_model() "
                "returns");
-    for (auto& e : w.flat->entries()) e.name = it->second + "." + e.name;
+    for (auto& e : w.flat->entries()) {
+      const std::string outside = owners.outside(e.param, it->second);
+      VOLT_CHECK(outside.empty(), ConfigError, "FSDP: parameter '", it->second, ".", e.name, "' of unit '", it->second,
+                 "' is shared with '", outside,
+                 "' outside that unit (tied weights), but wrap() sharded the unit before the model was complete. "
+                 "Let trainer.strategy.auto_wrap_policy pick this module instead of wrap() (the tied weight then "
+                 "goes to the unit of the modules' common ancestor), or keep the modules that share it in one unit");
+      e.name = it->second + "." + e.name;
+    }
     wrapped_modules.insert(w.module.get());
     wrapped.emplace_back(it->second, w.module.get(), std::move(w.flat));
   }
@@ -173,6 +214,7 @@ std::vector<detail::FSDPUnit> FSDPStrategy::make_units(LightningModule& module) 
   std::vector<std::vector<detail::FlatParamEntry>> entries(picked.size());
   for (size_t i = picked.size(); i-- > 0;) {
     for (const auto& kv : picked[i].second->named_parameters()) {
+      if (!owners.outside(kv.value(), picked[i].first).empty()) continue;  // tied: an enclosing unit's
       if (!claimed.insert(kv.value().unsafeGetTensorImpl()).second) continue;
       entries[i].push_back({picked[i].first + "." + kv.key(), kv.value()});
     }
@@ -261,6 +303,25 @@ void FSDPStrategy::setup_optimizer(LightningModule&, OptimizerConfig& config) {
     }
     g.params() = params;
   }
+  if (options_.optimizer_in_backward) {
+    // LBFGS's step re-evaluates the whole model (a closure): it cannot step unit by unit.
+    VOLT_CHECK(typeid(opt) != typeid(torch::optim::LBFGS), ConfigError,
+               "config key 'trainer.strategy.optimizer_in_backward': LBFGS steps the whole model at once (with a "
+               "closure) and cannot step one unit at a time; turn optimizer_in_backward off");
+    stepper_ = std::make_unique<detail::BackwardStepper>(
+        config.optimizer, detail::BackwardStepperOptions{options_.cpu_offload, clip_value_});
+    schedule_->set_stepper(stepper_.get());
+  }
+}
+
+void FSDPStrategy::set_clip_value_in_backward(std::optional<double> value) {
+  clip_value_ = value;
+  if (stepper_) stepper_->set_clip_value(value);
+}
+
+void FSDPStrategy::run_optimizer_step(torch::optim::Optimizer& optimizer) {
+  if (stepper_ && &stepper_->optimizer() == &optimizer) return;  // every unit stepped inside backward
+  Strategy::run_optimizer_step(optimizer);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -330,9 +391,18 @@ double FSDPStrategy::reduce_grad_norm_sq(double local) {
 std::map<std::string, torch::Tensor> FSDPStrategy::model_state_dict(LightningModule& module) {
   if (!schedule_) return Strategy::model_state_dict(module);  // not sharded (after teardown)
   std::map<std::string, torch::Tensor> out;
+  std::map<const c10::TensorImpl*, std::string> entry_of;
   for (auto& u : schedule_->units()) {
     torch::Tensor full = u.flat->gather_full(mesh_.shard_group());
-    for (auto& e : u.flat->entries()) out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone().cpu();
+    for (auto& e : u.flat->entries()) {
+      out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone().cpu();
+      entry_of[e.param.unsafeGetTensorImpl()] = e.name;
+    }
+  }
+  // A tied weight is one flat entry; its other names are exported too, as one process exports them.
+  for (auto& kv : module.named_parameters()) {
+    auto it = entry_of.find(kv.value().unsafeGetTensorImpl());
+    if (!out.count(kv.key()) && it != entry_of.end()) out[kv.key()] = out[it->second];
   }
   for (auto& kv : module.named_buffers()) out[kv.key()] = kv.value().detach().cpu().clone();
   return out;
@@ -376,6 +446,8 @@ StateLayout FSDPStrategy::state_layout(LightningModule& module, const OptimizerL
 
 void FSDPStrategy::teardown(LightningModule& module) {
   wrapped_.clear();  // units of a configure_model() that failed before set-up
+  if (schedule_) schedule_->set_stepper(nullptr);
+  stepper_.reset();  // its optimizer belongs to the fit that ends
   if (schedule_) {
     // No gathering: the module stays sharded (its state can be streamed out unit by unit with
     // model_state_dict or a checkpoint, and a later validate/test/predict/fit of this Trainer uses
@@ -389,6 +461,8 @@ void FSDPStrategy::unshard_module(LightningModule& module) {
   if (!schedule_ || sharded_ != &module) return;
   // Every parameter gets its own full storage again, with the trained values: one unit at a time.
   torch::NoGradGuard ng;
+  schedule_->set_stepper(nullptr);
+  stepper_.reset();
   std::vector<detail::FSDPUnit> units = schedule_->uninstall();
   for (auto& u : units) {
     torch::Tensor full = u.flat->gather_full(mesh_.shard_group());

@@ -70,6 +70,9 @@ class FSDPStrategy : public ParallelStrategy {
   void test_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) override;
   Batch predict_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) override;
   void zero_grad(torch::optim::Optimizer& optimizer) override;
+  /// optimizer_in_backward (FSDPOptions): each unit's shard steps inside backward.
+  bool steps_in_backward() const override { return options_.optimizer_in_backward; }
+  void set_clip_value_in_backward(std::optional<double> value) override;
 
   std::map<std::string, torch::Tensor> model_state_dict(LightningModule& module) override;
   /// "full": each unit's parameters and optimizer state are all-gathered in turn and rank 0 writes
@@ -88,11 +91,18 @@ class FSDPStrategy : public ParallelStrategy {
   };
   std::vector<UnitInfo> units() const;
   int64_t shard_group_size() const { return mesh_.shard_size(); }
+  /// optimizer_in_backward: the units stepped in the last sync backward, and how many while
+  /// autograd still ran (zeros otherwise).
+  detail::FSDPSchedule::BackwardSteps backward_steps() const {
+    return schedule_ ? schedule_->backward_steps() : detail::FSDPSchedule::BackwardSteps{};
+  }
   const FSDPOptions& options() const { return options_; }
 
  protected:
   void run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) override;
   void after_optimizer_step() override;
+  /// Under optimizer_in_backward the step already ran inside backward: nothing to do.
+  void run_optimizer_step(torch::optim::Optimizer& optimizer) override;
   double reduce_grad_norm_sq(double local) override;
 
  private:
@@ -117,8 +127,10 @@ class FSDPStrategy : public ParallelStrategy {
   at::ScalarType param_dtype_ = at::kFloat;
   at::ScalarType reduce_dtype_ = at::kFloat;
   std::optional<at::ScalarType> buffer_dtype_;
-  std::unique_ptr<detail::FSDPSchedule> schedule_;  // set up by setup_module, gone after unshard_module
-  LightningModule* sharded_ = nullptr;              // the module schedule_ shards (borrowed)
+  std::unique_ptr<detail::FSDPSchedule> schedule_;    // set up by setup_module, gone after unshard_module
+  LightningModule* sharded_ = nullptr;                // the module schedule_ shards (borrowed)
+  std::unique_ptr<detail::BackwardStepper> stepper_;  // optimizer_in_backward (schedule_ borrows it)
+  std::optional<double> clip_value_;                  // clipping by value inside backward
   /// Inside a manual-optimization training_step: backward and optimizer steps happen there, and the
   /// root must be gathered (fresh) for each forward that follows them.
   bool manual_step_ = false;

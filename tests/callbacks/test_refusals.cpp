@@ -102,7 +102,7 @@ TEST_CASE("EarlyStopping on a nan metric says it is not finite", "[callbacks][re
   CHECK_THAT(logs.text.str(), Contains("'val_loss' = nan is not finite") && !Contains("did not improve"));
 }
 
-TEST_CASE("PredictionWriter into a folder it cannot write fails before the first batch; an earlier run's files go",
+TEST_CASE("PredictionWriter into a folder it cannot write fails before the first batch, and an earlier run's files go",
           "[callbacks][predict][refusals]") {
   const std::string root = temp_dir("predict-writer");
   { std::ofstream(root + "/a-file") << "x"; }

@@ -553,7 +553,7 @@ TEST_CASE("optimizer state round trip: RMSprop and Adagrad", "[checkpoint][optim
       {"step", "sum"});
 }
 
-TEST_CASE("optimizer state: a fresh optimizer has none; missing entries leave params fresh",
+TEST_CASE("optimizer state: a fresh optimizer has none, and missing entries leave params fresh",
           "[checkpoint][optimizer_state]") {
   auto m = model(0);
   torch::optim::Adam opt(m->parameters(), torch::optim::AdamOptions(0.01));

@@ -1,4 +1,5 @@
-// volt checkpoints read by Python: `torch.load(path)` gives Lightning's dict with the tensors'
+// volt checkpoints read by Python: `torch.load(path, weights_only=True)` (PyTorch 2.6+'s default)
+// gives Lightning's dict with the tensors'
 // dtypes, shapes and values, and the demo model's state_dict loads strictly into the Python demo
 // model (tests/golden/make_demo_golden.py) and computes the same outputs. Skipped where
 // /usr/bin/python3 cannot import torch.
@@ -14,9 +15,12 @@
 #include <vector>
 
 #include "boring_model.h"
+#include "volt/callbacks/prediction_writer.h"
 #include "volt/checkpoint/checkpoint.h"
+#include "volt/checkpoint/state_io.h"
 #include "volt/demos/language_model.h"
 #include "volt/strategies/strategy.h"
+#include "volt/trainer/trainer.h"
 
 using namespace volt;
 using namespace volt::testing;
@@ -110,7 +114,7 @@ import sys
 import torch
 
 path, expected_path = sys.argv[1], sys.argv[2]
-ck = torch.load(path)
+ck = torch.load(path, weights_only=True)  # PyTorch 2.6+'s default
 errors = []
 want = {}
 scalars = {}
@@ -208,7 +212,7 @@ class LightningTransformer(nn.Module):
         self.model = Transformer(**config)
 
 
-ck = torch.load(path)
+ck = torch.load(path, weights_only=True)  # PyTorch 2.6+'s default
 sd = ck["state_dict"]
 module = LightningTransformer(**config)
 expected_names = sorted(module.state_dict().keys())
@@ -242,6 +246,55 @@ if bad_dtypes:
     ok = False
 sys.exit(0 if ok else 1)
 )PY";
+
+// Loads every file given with weights_only=True and compares the tensors the expected-values file
+// names: "tensor <file index> <key> <python dtype> <[shape]> <count> <values...>". Exits 1 listing
+// every file that does not load and every mismatch.
+const char* const kCheckWeightsOnly = R"PY(
+import json
+import sys
+
+import torch
+
+expected_path, paths = sys.argv[1], sys.argv[2:]
+want = {}
+for line in open(expected_path):
+    f = line.split()
+    if f and f[0] == "tensor":
+        want.setdefault(int(f[1]), {})[f[2]] = (f[3], json.loads(f[4]), [float(v) for v in f[6:]])
+errors = []
+for i, path in enumerate(paths):
+    try:
+        d = torch.load(path, weights_only=True)
+    except Exception as e:
+        errors.append("%s does not load with weights_only=True: %s" % (path, str(e).strip().splitlines()[-1]))
+        continue
+    print("loads with weights_only=True:", path, sorted(d.keys())[:8])
+    for key, (dtype, shape, values) in sorted(want.get(i, {}).items()):
+        t = d.get(key)
+        where = "%s[%s]" % (path, key)
+        if not isinstance(t, torch.Tensor):
+            errors.append("%s is %r, not a tensor" % (where, type(t)))
+        elif str(t.dtype) != dtype or list(t.shape) != shape or t.double().reshape(-1).tolist() != values:
+            errors.append("%s is %s %s, expected %s %s" % (where, t.dtype, list(t.shape), dtype, shape))
+    if i in want and sorted(d.keys()) != sorted(want[i].keys()):
+        errors.append("%s keys %s, expected %s" % (path, sorted(d.keys()), sorted(want[i].keys())))
+for e in errors:
+    print("MISMATCH:", e)
+sys.exit(1 if errors else 0)
+)PY";
+
+/// predict_step: the forward pass, a named field and a nested one (every key form of the files).
+class NamedPredict : public BoringModel {
+ public:
+  Batch predict_step(const Batch& batch, int64_t) override {
+    auto y = forward(batch[0]);
+    Batch out{y};
+    out.set("argmax", y.argmax(1));
+    out.set("extra", Batch{}.set("mask", y > 0));
+    return out;
+  }
+};
 
 }  // namespace
 
@@ -342,4 +395,60 @@ TEST_CASE("the demo model's checkpoint loads strictly into the Python demo model
       run_python(dir, kCheckDemoModel, {path, expected, std::string(VOLT_SOURCE_DIR) + "/tests/golden"}, log);
   INFO(log);
   CHECK(rc == 0);
+}
+
+TEST_CASE("every file volt writes for torch.load loads with weights_only=True: predictions and checkpoints",
+          "[checkpoint][python][prediction]") {
+  if (!python_torch_available()) {
+    WARN(kPython << " cannot import torch: skipped");
+    return;
+  }
+  const std::string dir = temp_dir("py-weights-only");
+  torch::manual_seed(5);
+  NamedPredict m;
+  // Predictions as PredictionWriter writes them: one file per batch and the epoch file.
+  PredictionWriterOptions wo;
+  wo.output_dir = dir + "/pred";
+  wo.write_interval = "batch_and_epoch";
+  DataLoader loader(std::make_shared<RandomDataset>(10), DataLoaderOptions{.batch_size = 4});
+  Trainer t(quiet_options(dir), {std::make_shared<PredictionWriter>(wo)});
+  const std::vector<Batch> outputs = t.predict(m, loader);
+  REQUIRE(outputs.size() == 3);
+  std::vector<std::string> files;
+  std::ofstream expected(dir + "/expected.txt");
+  auto expect = [&](size_t file, const std::string& key, const torch::Tensor& v) {
+    expected << "tensor " << file << " " << key << " " << python_dtype(v.scalar_type()) << " " << shape_text(v.sizes())
+             << " " << values_text(v) << "\n";
+  };
+  for (size_t b = 0; b < outputs.size(); ++b) {
+    const std::string where = "dataloader_0/batch_" + std::to_string(b);
+    files.push_back(wo.output_dir + "/rank_0/" + where + ".pt");
+    const torch::Tensor idx = torch::arange(static_cast<int64_t>(4 * b), std::min<int64_t>(4 * b + 4, 10));
+    for (const auto& [key, v] :
+         std::vector<std::pair<std::string, torch::Tensor>>{{"0", outputs[b][0]},
+                                                            {"argmax", outputs[b].at("argmax")},
+                                                            {"extra.mask", outputs[b].child("extra").at("mask")},
+                                                            {"sample_indices", idx}}) {
+      expect(files.size() - 1, key, v);
+      expect(outputs.size(), where + "/" + key, v);  // the epoch file, listed after the batch files
+    }
+  }
+  files.push_back(wo.output_dir + "/rank_0.pt");
+  // Checkpoints: a full one (the Trainer's save), a sharded folder's rank file, and its consolidation.
+  SingleDeviceStrategy s(Precision("32-true", "cpu"), "cpu");
+  Checkpoint header;
+  header.global_step = 3;
+  s.save_checkpoint(m, {}, header, dir + "/full.ckpt");
+  save_state(s.state_layout(m, {}), CheckpointHeader{}, dir + "/sharded", CheckpointFormat::Sharded, s.state_comm());
+  consolidate_checkpoint(dir + "/sharded", dir + "/consolidated.ckpt");
+  for (const std::string f : {"/full.ckpt", "/sharded/rank_00000.ckpt", "/consolidated.ckpt"}) files.push_back(dir + f);
+  expected.close();
+
+  std::vector<std::string> args = {dir + "/expected.txt"};
+  args.insert(args.end(), files.begin(), files.end());
+  std::string output;
+  const int rc = run_python(dir, kCheckWeightsOnly, args, output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK_THAT(output, Catch::Matchers::Contains("rank_0.pt") && Catch::Matchers::Contains("consolidated.ckpt"));
 }

@@ -209,7 +209,7 @@ TEST_CASE("ArchiveReader::read_flat across 4 MiB checksum chunks equals the slic
   CHECK_THAT(checkpoint_error([&] { r.read_flat("s", "float", 5, -1); }), Contains("out of range"));
 }
 
-TEST_CASE("ArchiveWriter: nothing at the path before commit; an uncommitted writer leaves no trace",
+TEST_CASE("ArchiveWriter: nothing at the path before commit, and an uncommitted writer leaves no trace",
           "[checkpoint][archive]") {
   const std::string dir = temp_dir("archive-commit");
   const std::string path = dir + "/a.ckpt";
@@ -492,4 +492,18 @@ TEST_CASE("consolidate_checkpoint turns a sharded folder into the equal full fil
   CHECK_THAT(checkpoint_error([&] { consolidate_checkpoint(root + "/sharded", root + "/bad.ckpt"); }),
              Contains(root + "/sharded"));
   CHECK_FALSE(fs::exists(root + "/bad.ckpt"));
+}
+
+TEST_CASE("ArchiveWriter: a full file replaces a sharded checkpoint folder of the same name", "[checkpoint][archive]") {
+  // A run that switches state_dict_type from sharded to full in one folder saves last.ckpt again.
+  const std::string dir = temp_dir("archive-over-folder");
+  const std::string path = dir + "/last.ckpt";
+  fs::create_directories(path);
+  std::ofstream(path + "/rank_0.pt") << "a shard";
+  ArchiveWriter w(path);
+  w.add("s", "x", torch::full({4}, 2.0));
+  w.commit({}, YAML::Node(YAML::NodeType::Map));
+  REQUIRE(fs::is_regular_file(path));
+  CHECK(torch::equal(ArchiveReader(path).read("s", "x"), torch::full({4}, 2.0)));
+  CHECK(folder_entries(dir) == std::vector<std::string>{"last.ckpt"});  // the old folder is gone
 }

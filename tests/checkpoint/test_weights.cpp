@@ -212,7 +212,7 @@ TEST_CASE("LibTorch files load too: torch::save of a module, and plain and neste
 }
 
 TEST_CASE(
-    "strict loading names every missing, unexpected and mismatched tensor with its shape; non-strict loads "
+    "strict loading names every missing, unexpected and mismatched tensor with its shape, and non-strict loads "
     "the rest",
     "[weights]") {
   // Another architecture: 3 is a Linear where the file has BatchNorm1d, 4 is narrower, 5 is new.
@@ -267,7 +267,7 @@ TEST_CASE("a strict error about hundreds of tensors lists 20 of each kind and co
   CHECK(msg.size() < 3000);
 }
 
-TEST_CASE("prefix selects the file's names under it; a wrong one is an error, and the error hints at the right one",
+TEST_CASE("prefix selects the file's names under it, and a wrong one is an error, and the error hints at the right one",
           "[weights]") {
   const std::string lightning = kGolden + "foreign_lightning.pt";
   auto m = golden_model();

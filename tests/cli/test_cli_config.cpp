@@ -137,7 +137,7 @@ TEST_CASE("CLI: unknown classes and keys are ConfigErrors naming the key and the
   CHECK_THAT(resolve_error(one, "model: {hiden: 3}"), Contains("unknown config key 'model.hiden'"));
 }
 
-TEST_CASE("CLI: a class without options takes no init_args; the factory forms register", "[cli]") {
+TEST_CASE("CLI: a class without options takes no init_args, and the factory forms register", "[cli]") {
   CLI cli;
   cli.add_model("Plain", [] { return std::make_shared<OtherNet>(OtherNetOptions{}); });
   cli.add_datamodule<ToyDataOptions>(
@@ -151,7 +151,7 @@ TEST_CASE("CLI: a class without options takes no init_args; the factory forms re
              Contains("unknown config key 'model.init_args.x'") && Contains("Plain takes no init_args"));
 }
 
-TEST_CASE("CLI: several config files merge in order; another class drops the earlier init_args", "[cli]") {
+TEST_CASE("CLI: several config files merge in order, and another class drops the earlier init_args", "[cli]") {
   const std::string dir = temp_dir("cli-classes-merge");
   std::vector<std::string> log;
   CLI cli;

@@ -66,7 +66,7 @@ TEST_CASE("LanguageModel: options are Lightning's defaults, flat under model:", 
   CHECK_THROWS_AS(LanguageModel(bad), volt::ConfigError);
 }
 
-TEST_CASE("LanguageModel: configure_model builds once; names are model.*", "[demos][language_model]") {
+TEST_CASE("LanguageModel: configure_model builds once, and names are model.*", "[demos][language_model]") {
   LanguageModel lm(tiny());
   CHECK_FALSE(lm.is_configured());
   CHECK(lm.parameters().empty());

@@ -23,6 +23,11 @@ struct WorkerResult {
   double val_loss = -1;  // the last validation's val_loss (-1 when none ran)
   int64_t nonroot_unsharded_after_forward = -1, root_unsharded_after_forward = -1, optimizer_numel = -1;
   std::vector<int64_t> shard_numels, padded, numels;
+  // Rank 0's exact-size host buffers of shards (cpu_offload), and optimizer_in_backward's last sync
+  // backward: units stepped, and how many while autograd ran (-1: not recorded).
+  int64_t host_shard_buffers = -1, host_shard_requested = -1, host_shard_held = -1;
+  int64_t host_grad_buffers = -1, host_grad_requested = -1;
+  int64_t backward_units_stepped = -1, backward_units_during_autograd = -1;
 };
 
 inline WorkerResult read_worker_output(const std::string& path) {
@@ -52,6 +57,16 @@ inline WorkerResult read_worker_output(const std::string& path) {
     r.padded = vec(d.at("padded").toTensor());
     r.numels = vec(d.at("numels").toTensor());
   }
+  auto get = [&](const char* k, int64_t& v) {
+    if (d.contains(k)) v = d.at(k).toInt();
+  };
+  get("host_shard_buffers", r.host_shard_buffers);
+  get("host_shard_requested", r.host_shard_requested);
+  get("host_shard_held", r.host_shard_held);
+  get("host_grad_buffers", r.host_grad_buffers);
+  get("host_grad_requested", r.host_grad_requested);
+  get("backward_units_stepped", r.backward_units_stepped);
+  get("backward_units_during_autograd", r.backward_units_during_autograd);
   return r;
 }
 

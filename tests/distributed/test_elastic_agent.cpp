@@ -99,7 +99,7 @@ TEST_CASE("max_restarts: a rank's configuration error (exit code 2) ends the job
   CHECK(no_worker_left(dir));
 }
 
-TEST_CASE("max_restarts: killing the agent ends its ranks; a signal to it ends the job without a restart",
+TEST_CASE("max_restarts: killing the agent ends its ranks, and a signal to it ends the job without a restart",
           "[agent][multirank][fault]") {
   for (int sig : {SIGKILL, SIGTERM}) {
     DYNAMIC_SECTION("signal " << sig) {

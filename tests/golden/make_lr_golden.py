@@ -1,4 +1,4 @@
-# Golden values for tests/module/test_lr_scheduler*.cpp: the learning rates (and, for OneCycleLR, the
+# Golden values for tests/optim/test_lr_scheduler*.cpp: the learning rates (and, for OneCycleLR, the
 # momenta) torch.optim.lr_scheduler sets after 0, 1, 2, ... scheduler steps, with Debian's
 # python3-torch 1.13. Row k of each table is [value of group 0, value of group 1] after k calls to
 # step(). Prints C++ initializers to paste.

@@ -342,7 +342,7 @@ TEST_CASE("DDP without find_unused_parameters: a parameter without a gradient fa
   CHECK_THAT(ranks[1].error, Catch::Contains("On this rank (1)"));
 }
 
-TEST_CASE("DDP static_graph: the used set of the first step is kept; a step that differs fails every rank",
+TEST_CASE("DDP static_graph: the used set of the first step is kept, and a step that differs fails every rank",
           "[ddp][multirank][unused]") {
   SECTION("the same parameters every step") {
     const std::string dir = temp_dir("ddp-static");

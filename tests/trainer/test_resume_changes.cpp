@@ -131,7 +131,7 @@ TEST_CASE("resume at an epoch's end with another batch_size is allowed (nothing 
   CHECK(t.global_step() == 8 + 16);
 }
 
-TEST_CASE("ckpt_path='best' is the first ModelCheckpoint's best_model_path; a clear error without one",
+TEST_CASE("ckpt_path='best' is the first ModelCheckpoint's best_model_path, and a clear error without one",
           "[trainer][resume][refusals]") {
   const std::string root = temp_dir("ckpt-best");
   auto o = quiet_options(root);

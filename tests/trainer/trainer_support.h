@@ -17,7 +17,7 @@
 #include "boring_model.h"
 #include "volt/callbacks/callback.h"
 #include "volt/callbacks/model_checkpoint.h"
-#include "volt/module/lr_scheduler.h"
+#include "volt/optim/lr_scheduler.h"
 #include "volt/trainer/trainer.h"
 
 namespace volt::testing {

@@ -6,6 +6,7 @@
 //                    [--rank_metric=true] [--checkpoint_monitor=M --checkpoint_top_k=K --checkpoint_filename=F]
 //                    [--checkpoint_every_n_train_steps=N] [--ckpt_path=PATH|last] [--fsize_limit=BYTES]
 //   volt_test_worker --pg_scenario=OUT   (process-group collectives, distributed/process_group_scenario.h)
+//   volt_test_worker --llama_parity=CONFIG   (LlamaLM against the PyTorch reference, demos/llm/llama_parity_worker.h)
 // Trains the BoringModel (tests/boring_model.h) on RandomDataset and, on rank 0, writes
 // {state_dict, losses} to FILE with torch::pickle_save. With trainer.devices > 1 and no launcher
 // environment it self-launches the other ranks, exactly as the `volt` CLI does.
@@ -18,11 +19,13 @@
 #include <thread>
 
 #include "boring_model.h"
+#include "demos/llm/llama_parity_worker.h"
 #include "distributed/process_group_scenario.h"
 #include "gan_model.h"
 #include "stock_encoder_model.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/prediction_writer.h"
+#include "volt/core/host_buffers.h"
 #include "volt/core/options.h"
 #include "volt/distributed/elastic_agent.h"
 #include "volt/strategies/fsdp/fsdp_strategy.h"
@@ -201,8 +204,28 @@ class ShardProbe : public Callback {
     optimizer_numel = 0;
     for (auto& g : t.optimizer()->param_groups())
       for (auto& p : g.params()) optimizer_numel += p.numel();
+    // Exact-size host buffers holding the shards (cpu_offload).
+    const HostBufferStats h = host_buffer_stats("fsdp.shard");
+    host_shard_buffers = h.buffers;
+    host_shard_requested = h.requested;
+    host_shard_held = h.held;
+    const HostBufferStats g = host_buffer_stats("fsdp.grad");  // offloaded to the host from a GPU
+    host_grad_buffers = g.buffers;
+    host_grad_requested = g.requested;
+  }
+  /// optimizer_in_backward: how the last sync backward stepped the units.
+  void on_after_backward(Trainer& t, LightningModule&) override {
+    auto* f = dynamic_cast<FSDPStrategy*>(&t.strategy());
+    if (!f || !f->steps_in_backward()) return;
+    const auto steps = f->backward_steps();
+    if (steps.units == 0) return;  // an accumulation micro-step: nothing reduced, nothing stepped
+    backward_units_stepped = steps.units;
+    backward_units_during_autograd = steps.during_autograd;
   }
   int64_t nonroot_unsharded_after_forward = -1, root_unsharded_after_forward = -1, optimizer_numel = -1;
+  int64_t host_shard_buffers = -1, host_shard_requested = -1, host_shard_held = -1;
+  int64_t host_grad_buffers = -1, host_grad_requested = -1;
+  int64_t backward_units_stepped = -1, backward_units_during_autograd = -1;
   std::vector<int64_t> shard_numels, padded, numels;
 };
 }  // namespace
@@ -211,6 +234,8 @@ int main(int argc, char** argv) {
   // --pg_scenario=OUT: the process-group collectives instead of training (process_group_scenario.h).
   if (argc == 2 && std::string(argv[1]).rfind("--pg_scenario=", 0) == 0)
     return testing::run_process_group_scenario(std::string(argv[1]).substr(14));
+  if (argc == 2 && std::string(argv[1]).rfind("--llama_parity=", 0) == 0)
+    return testing::run_llama_parity(std::string(argv[1]).substr(15));
   try {
     YAML::Node root(YAML::NodeType::Map);
     for (int i = 1; i < argc; ++i) {
@@ -313,6 +338,13 @@ int main(int argc, char** argv) {
       out.insert("nonroot_unsharded_after_forward", probe->nonroot_unsharded_after_forward);
       out.insert("root_unsharded_after_forward", probe->root_unsharded_after_forward);
       out.insert("optimizer_numel", probe->optimizer_numel);
+      out.insert("host_shard_buffers", probe->host_shard_buffers);
+      out.insert("host_shard_requested", probe->host_shard_requested);
+      out.insert("host_shard_held", probe->host_shard_held);
+      out.insert("host_grad_buffers", probe->host_grad_buffers);
+      out.insert("host_grad_requested", probe->host_grad_requested);
+      out.insert("backward_units_stepped", probe->backward_units_stepped);
+      out.insert("backward_units_during_autograd", probe->backward_units_during_autograd);
       out.insert("shard_numels",
                  torch::tensor(probe->shard_numels.empty() ? std::vector<int64_t>{-1} : probe->shard_numels));
       out.insert("padded", torch::tensor(probe->padded.empty() ? std::vector<int64_t>{-1} : probe->padded));

@@ -1,0 +1,63 @@
+// scripts/gpu.sh, dry-run (VOLT_GPU_DRY_RUN=1 prints its commands): each step builds only the
+// targets it needs, the test filters pass through, and the carried .pc files are rewritten to point
+// into the deps folder. Runs without a GPU or a PyTorch.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "boring_model.h"
+
+using namespace volt::testing;
+
+namespace {
+/// Runs scripts/gpu.sh with `env` and `steps` under a fake deps folder in `dir`; its output.
+std::string dry_run(const std::string& dir, const std::string& env, const std::string& steps) {
+  const std::string cmd = "cd " + dir + " && env VOLT_GPU_DRY_RUN=1 VOLT_GPU_DEPS=" + dir +
+                          "/deps VOLT_GPU_BUILD_DIR=" + dir + "/bg " + env + " bash " + VOLT_SOURCE_DIR +
+                          "/scripts/gpu.sh " + dir + "/out " + steps + " > " + dir + "/log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  INFO(read_text(dir + "/log"));
+  CHECK(rc == 0);
+  return read_text(dir + "/log");
+}
+}  // namespace
+
+TEST_CASE("scripts/gpu.sh builds only what its steps need and passes test filters through", "[scripts][gpu]") {
+  const std::string dir = temp_dir("gpu-script");
+  const std::string pc = dir + "/deps/usr/lib/x86_64-linux-gnu/pkgconfig";
+  std::filesystem::create_directories(pc);
+  std::ofstream(pc + "/sentencepiece.pc") << "prefix=/usr\nlibdir=${prefix}/lib/x86_64-linux-gnu\n"
+                                          << "includedir=/usr/include\nName: sentencepiece\nVersion: 0.1.97\n"
+                                          << "Libs: -L${libdir} -lsentencepiece\nCflags: -I/usr/include/sp\n";
+  SECTION("build and bench: the library's program and the bench only") {
+    const std::string log = dry_run(dir, "", "build bench");
+    CHECK_THAT(log, Catch::Contains("--target volt_cli bench_gpu\n"));
+    CHECK_THAT(log, !Catch::Contains("volt_tests"));
+    CHECK_THAT(log, Catch::Contains("bench_gpu " + dir + "/deps/data/wikitext-2"));
+    CHECK_THAT(log, !Catch::Contains("ctest"));
+    CHECK_THAT(log, !Catch::Contains("lightning_fsdp.py"));
+  }
+  SECTION("build and test: the test programs too, only the chosen test files, a Catch filter") {
+    const std::string log = dry_run(
+        dir, "VOLT_GPU_TEST_SOURCES='strategies/test_cuda|optim/' VOLT_CATCH_FILTER='[cuda],[optim]'", "build test");
+    CHECK_THAT(log, Catch::Contains("--target volt_cli bench_gpu volt_tests volt_test_worker"));
+    CHECK_THAT(log, Catch::Contains("-DVOLT_TEST_SOURCE_FILTER=strategies/test_cuda\\|optim/"));
+    CHECK_THAT(log, Catch::Contains("cd " + dir + "/bg/tests && ./volt_tests \\[cuda\\]\\,\\[optim\\]"));
+    CHECK_THAT(log, !Catch::Contains("ctest"));
+    CHECK_THAT(log, !Catch::Contains("bench_gpu " + dir));
+  }
+  SECTION("test without a Catch filter: ctest with its own arguments, nothing built") {
+    const std::string log = dry_run(dir, "VOLT_CTEST_ARGS='-R CUDA'", "test");
+    CHECK_THAT(log, Catch::Contains("ctest --output-on-failure -j8 --timeout 300 -R CUDA"));
+    CHECK_THAT(log, !Catch::Contains("cmake --build"));
+  }
+  // Every run rewrites the carried .pc files into deps/pkgconfig, pointing into the deps folder.
+  dry_run(dir, "", "bench");
+  const std::string rewritten = read_text(dir + "/deps/pkgconfig/sentencepiece.pc");
+  CHECK_THAT(rewritten, Catch::Contains("prefix=" + dir + "/deps/usr\n"));
+  CHECK_THAT(rewritten, Catch::Contains("includedir=" + dir + "/deps/usr/include\n"));
+  CHECK_THAT(rewritten, Catch::Contains("libdir=${prefix}/lib/x86_64-linux-gnu\n"));
+  CHECK_THAT(rewritten, Catch::Contains("-I" + dir + "/deps/usr/include/sp"));
+}
