@@ -1,8 +1,8 @@
 #pragma once
 /// `volt generate`: text from a trained LlamaLM checkpoint.
 ///
-///   volt generate --ckpt_path=runs/llm-tiny/checkpoints/last.ckpt --prompt "The film" \
-///                 --max_new_tokens 50 --temperature 0.8 --top_k 50 --seed 1
+///   volt generate --ckpt_path=runs/llm-tiny/checkpoints/last.ckpt --prompt "The film"
+///                 --max_new_tokens 50 --temperature 0.8 --top_k 50 --seed 1   (one command line)
 ///
 /// The model's shape and the tokenizer come from the run's config saved in the checkpoint (the
 /// `model:` options, and the data options' tokenizer file); `--tokenizer` names another .model
