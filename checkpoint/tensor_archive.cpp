@@ -384,9 +384,10 @@ void ArchiveWriter::commit(const std::vector<std::pair<std::string, c10::IValue>
   }
   fd_ = -1;
   std::error_code ec;
-  if (fs::is_directory(path_, ec)) {
+  if (fs::is_regular_file(fs::path(path_) / kManifestFile, ec)) {
     // A sharded checkpoint of the same name (a run that changed state_dict_type): exchanged for
-    // this file in one step, then removed, as a sharded save replaces a full file.
+    // this file in one step, then removed, as a sharded save replaces a full file. Any other
+    // folder at the path is left alone: the rename below fails and says so.
     detail::swap_into_place(tmp_, path_);
   } else if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     throw CheckpointError(detail::str_cat("renaming '", tmp_, "' to '", path_, "' failed: ", std::strerror(errno)));

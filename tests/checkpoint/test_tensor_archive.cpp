@@ -499,7 +499,8 @@ TEST_CASE("ArchiveWriter: a full file replaces a sharded checkpoint folder of th
   const std::string dir = temp_dir("archive-over-folder");
   const std::string path = dir + "/last.ckpt";
   fs::create_directories(path);
-  std::ofstream(path + "/rank_0.pt") << "a shard";
+  std::ofstream(path + "/rank_00000.ckpt") << "a shard";
+  std::ofstream(path + "/manifest.yaml") << "format: sharded";  // what marks a sharded checkpoint
   ArchiveWriter w(path);
   w.add("s", "x", torch::full({4}, 2.0));
   w.commit({}, YAML::Node(YAML::NodeType::Map));
