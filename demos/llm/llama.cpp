@@ -7,6 +7,7 @@
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
+#include "volt/profiler/model_flops.h"
 
 namespace volt::demos {
 
@@ -108,8 +109,8 @@ int64_t LlamaOptions::num_parameters() const {
 
 double LlamaOptions::flops_per_token(int64_t seq_len) const {
   // The input embedding is a lookup; a tied one is also lm_head's matmul, so it counts then.
-  const double n = static_cast<double>(num_parameters() - (tie_word_embeddings ? 0 : vocab_size * hidden_size));
-  return 6.0 * n + 12.0 * num_hidden_layers * num_attention_heads * head_dim() * static_cast<double>(seq_len);
+  const int64_t n = num_parameters() - (tie_word_embeddings ? 0 : vocab_size * hidden_size);
+  return volt::flops_per_token(n, num_hidden_layers, num_attention_heads, head_dim(), seq_len);
 }
 
 std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t start, int64_t len, int64_t head_dim, double theta,
