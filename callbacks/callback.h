@@ -41,13 +41,23 @@ class Callback : public Stateful {
   virtual void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) {}
   virtual void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor& loss, const Batch&,
                                   int64_t batch_idx) {}
+  virtual void on_sanity_check_start(Trainer&, LightningModule&) {}
+  virtual void on_sanity_check_end(Trainer&, LightningModule&) {}
   virtual void on_validation_start(Trainer&, LightningModule&) {}
   virtual void on_validation_end(Trainer&, LightningModule&) {}
   virtual void on_validation_epoch_start(Trainer&, LightningModule&) {}
   virtual void on_validation_epoch_end(Trainer&, LightningModule&) {}
+  virtual void on_validation_batch_start(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) {}
   virtual void on_validation_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) {}
+  virtual void on_test_start(Trainer&, LightningModule&) {}
+  virtual void on_test_end(Trainer&, LightningModule&) {}
+  virtual void on_test_epoch_start(Trainer&, LightningModule&) {}
+  virtual void on_test_batch_start(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) {}
+  virtual void on_test_batch_end(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) {}
   virtual void on_test_epoch_end(Trainer&, LightningModule&) {}
   virtual void on_predict_start(Trainer&, LightningModule&) {}
+  virtual void on_predict_epoch_start(Trainer&, LightningModule&) {}
+  virtual void on_predict_batch_start(Trainer&, LightningModule&, const Batch&, int64_t batch_idx) {}
   /// `outputs` is what predict_step returned for `batch`; `sample_indices` the dataset indices of
   /// the batch's samples (empty for an iterable dataset).
   virtual void on_predict_batch_end(Trainer&, LightningModule&, const Batch& outputs, const Batch& batch,
@@ -58,6 +68,8 @@ class Callback : public Stateful {
   virtual void on_before_backward(Trainer&, LightningModule&, const torch::Tensor& loss) {}
   virtual void on_after_backward(Trainer&, LightningModule&) {}
   virtual void on_before_optimizer_step(Trainer&, LightningModule&, torch::optim::Optimizer&) {}
+  virtual void on_before_zero_grad(Trainer&, LightningModule&, torch::optim::Optimizer&) {}
+  /// Add YAML to checkpoint.extra and this rank's tensors to checkpoint.tensors (see CheckpointMeta).
   virtual void on_save_checkpoint(Trainer&, LightningModule&, CheckpointMeta&) {}
   virtual void on_load_checkpoint(Trainer&, LightningModule&, const CheckpointMeta&) {}
   /// The exception that is about to end fit (for cleanup); the Trainer rethrows it afterwards.

@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -54,6 +56,42 @@ std::pair<bool, double> monitored_on_rank0(Trainer& t, const std::string& monito
 }
 }  // namespace
 
+SaveLast::SaveLast(const char* text) : SaveLast(std::string(text)) {}
+
+SaveLast::SaveLast(const std::string& text) : mode(Mode::link) {
+  VOLT_CHECK(text == "link", ConfigError, "ModelCheckpoint.save_last: expected true, false or 'link', got '", text,
+             "'");
+}
+
+TimeInterval TimeInterval::parse(const std::string& text, const std::string& key) {
+  // Python's str(timedelta): "H:MM:SS[.ffffff]", after "D day, " or "D days, " from one day on.
+  static const std::regex form(R"(^(?:([0-9]+) days?, )?([0-9]+):([0-5][0-9]):([0-5][0-9](?:\.[0-9]+)?)$)");
+  std::smatch m;
+  VOLT_CHECK(std::regex_match(text, m, form), ConfigError, "config key '", key, "': '", text,
+             "' is not a time interval; give seconds (e.g. 3600) or H:MM:SS (e.g. 1:00:00, or '2 days, 0:00:00')");
+  const double days = m[1].matched ? std::stod(m[1]) : 0.0;
+  return TimeInterval(((days * 24 + std::stod(m[2])) * 60 + std::stod(m[3])) * 60 + std::stod(m[4]));
+}
+
+namespace detail {
+SaveLast YamlCodec<SaveLast>::decode(const YAML::Node& n, const std::string& key) {
+  bool on = false;
+  if (n.IsNull()) return SaveLast(false);  // Lightning's default None
+  if (n.IsScalar() && n.Scalar() == "link") return SaveLast(SaveLast::Mode::link);
+  if (n.IsScalar() && YAML::convert<bool>::decode(n, on)) return SaveLast(on);
+  type_error(key, "true, false or 'link'", n);
+}
+
+YAML::Node YamlCodec<SaveLast>::encode(const SaveLast& v) {
+  return v.mode == SaveLast::Mode::link ? YAML::Node("link") : YAML::Node(static_cast<bool>(v));
+}
+
+TimeInterval YamlCodec<TimeInterval>::decode(const YAML::Node& n, const std::string& key) {
+  if (n.IsScalar() && n.Scalar().find(':') != std::string::npos) return TimeInterval::parse(n.Scalar(), key);
+  return TimeInterval(YamlCodec<double>::decode(n, key));
+}
+}  // namespace detail
+
 void ModelCheckpointOptions::validate() const {
   VOLT_CHECK(!filename.empty(), ConfigError,
              "ModelCheckpoint.filename: must not be empty (it would write hidden '.ckpt' files); leave it at "
@@ -64,10 +102,10 @@ void ModelCheckpointOptions::validate() const {
   VOLT_CHECK(save_top_k >= -1, ConfigError, "ModelCheckpoint.save_top_k: must be >= -1, got ", save_top_k);
   VOLT_CHECK(every_n_train_steps >= 0 && every_n_epochs >= 0, ConfigError,
              "ModelCheckpoint: every_n_train_steps and every_n_epochs must be >= 0");
-  VOLT_CHECK(train_time_interval >= 0 && std::isfinite(train_time_interval), ConfigError,
+  VOLT_CHECK(train_time_interval.seconds >= 0 && std::isfinite(train_time_interval.seconds), ConfigError,
              "ModelCheckpoint.train_time_interval: must be a number of seconds >= 0 (0: off), got ",
-             train_time_interval);
-  VOLT_CHECK(!(every_n_train_steps > 0 && train_time_interval > 0), ConfigError,
+             train_time_interval.seconds);
+  VOLT_CHECK(!(every_n_train_steps > 0 && train_time_interval.seconds > 0), ConfigError,
              "ModelCheckpoint: every_n_train_steps and train_time_interval are mutually exclusive (as in Lightning); "
              "set one of them");
   VOLT_CHECK(!(save_top_k > 1 && monitor.empty()), ConfigError, "ModelCheckpoint: save_top_k=", save_top_k,
@@ -82,8 +120,41 @@ std::string ModelCheckpoint::dir(const Trainer& t) const {
 }
 
 std::string ModelCheckpoint::last_model_path_on_disk(const Trainer& t) const {
-  const std::string p = (fs::path(dir(t)) / "last.ckpt").string();
-  return fs::exists(p) ? p : std::string();
+  // As Lightning's "last": the newest of last.ckpt and its versions (last-v1.ckpt, ...), which a
+  // run writes when an earlier run's last.ckpt is in the folder.
+  static const std::regex last_name(R"(^last(-v[0-9]+)?\.ckpt$)");
+  std::error_code ec;
+  std::string newest, dangling;
+  fs::file_time_type newest_time{};
+  for (const auto& e : fs::directory_iterator(dir(t), ec)) {
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, last_name)) continue;
+    std::error_code tec;
+    const auto when = fs::last_write_time(e.path(), tec);  // follows a link
+    if (tec) {
+      if (fs::is_symlink(e.path(), tec)) dangling = e.path().string();
+      continue;
+    }
+    // Equal times (a coarse clock): the higher version is the later one.
+    const bool later =
+        newest.empty() || when > newest_time ||
+        (when == newest_time &&
+         (name.size() > fs::path(newest).filename().string().size() ||
+          (name.size() == fs::path(newest).filename().string().size() && name > fs::path(newest).filename().string())));
+    if (later) {
+      newest = e.path().string();
+      newest_time = when;
+    }
+  }
+  if (newest.empty() && !dangling.empty()) {
+    std::error_code rec;
+    throw CheckpointError(detail::str_cat("'", dangling, "' is a link to '", fs::read_symlink(dangling, rec).string(),
+                                          "', which no longer exists; resume from another checkpoint in '", dir(t),
+                                          "'"));
+  }
+  if (newest.empty() || !fs::is_symlink(newest, ec)) return newest;
+  const std::string target = fs::canonical(newest, ec).string();  // resume from the link's target
+  return ec ? newest : target;
 }
 
 namespace {
@@ -102,7 +173,7 @@ std::mutex folder_locks_mutex;
 std::map<std::string, std::weak_ptr<ModelCheckpoint::FolderLock>> folder_locks;
 
 /// Rank 0's part of setup: lock, clean, warn. Returns "" or the reason the run cannot use `d`.
-std::string prepare_dir(const std::string& d, const Trainer* owner,
+std::string prepare_dir(const std::string& d, const Trainer* owner, bool version_counter,
                         std::shared_ptr<ModelCheckpoint::FolderLock>& lock) {
   std::error_code ec;
   fs::create_directories(d, ec);
@@ -139,10 +210,10 @@ std::string prepare_dir(const std::string& d, const Trainer* owner,
     }
   }
   if (earlier)
-    spdlog::warn(
-        "Checkpoint folder '{}' already holds checkpoints of an earlier run; this run replaces those of the "
-        "same name (last.ckpt among them)",
-        d);
+    spdlog::warn("Checkpoint folder '{}' already holds checkpoints of an earlier run; {}", d,
+                 version_counter ? "a checkpoint of this run whose name is taken gets a version suffix (-v1, -v2, ...; "
+                                   "last.ckpt too: ckpt_path=last takes the newest)"
+                                 : "this run replaces those of the same name (last.ckpt among them)");
   return {};
 }
 }  // namespace
@@ -150,13 +221,18 @@ std::string prepare_dir(const std::string& d, const Trainer* owner,
 void ModelCheckpoint::setup(Trainer& t, LightningModule&, const std::string& stage) {
   last_time_save_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   validated_ = false;
-  if (stage != "fit") return;
+  fitting_ = stage == "fit";
+  if (!fitting_) return;
   // Rank 0 decides; every rank learns the outcome, so all fail together rather than some waiting.
-  const std::string error = from_rank0(t, t.is_global_zero() ? prepare_dir(dir(t), &t, lock_) : std::string());
+  const std::string error = from_rank0(
+      t, t.is_global_zero() ? prepare_dir(dir(t), &t, options_.enable_version_counter, lock_) : std::string());
   VOLT_CHECK(error.empty(), CheckpointError, error);
 }
 
-void ModelCheckpoint::teardown(Trainer&, LightningModule&, const std::string&) { lock_.reset(); }
+void ModelCheckpoint::teardown(Trainer&, LightningModule&, const std::string&) {
+  lock_.reset();
+  fitting_ = false;
+}
 
 void ModelCheckpoint::on_exception(Trainer&, LightningModule&, const std::exception&) { lock_.reset(); }
 
@@ -214,65 +290,148 @@ std::string ModelCheckpoint::format_name(const Trainer& t) const {
     const std::string f = spec.empty() ? (integer ? "%.0f" : "%.4f") : printf_spec(spec, integer);
     char buf[64];
     std::snprintf(buf, sizeof buf, f.c_str(), v);
-    out += key + "=" + buf;
+    out += (options_.auto_insert_metric_name ? key + "=" : std::string()) + buf;
     last = it->position() + it->length();
   }
   out += options_.filename.substr(last);
-  return out + ".ckpt";
+  return out;
 }
 
-void ModelCheckpoint::save(Trainer& t) {
+std::string ModelCheckpoint::free_path(Trainer& t, const std::string& stem, const std::string& keep) const {
+  const fs::path d(dir(t));
+  std::string path = (d / (stem + ".ckpt")).string();
+  if (!options_.enable_version_counter) return path;
+  // Rank 0's file system decides for every rank, as Lightning's file_exists broadcasts it.
+  if (t.is_global_zero()) {
+    auto taken = [&](const std::string& p) {
+      return p != keep && (best_k_.count(p) > 0 || detail::path_exists(p));  // a dangling link is taken too
+    };
+    for (int v = 1; taken(path); ++v) path = (d / (stem + "-v" + std::to_string(v) + ".ckpt")).string();
+  }
+  return from_rank0(t, path);
+}
+
+bool ModelCheckpoint::skip(const Trainer& t) const {
   // fast_dev_run is a smoke test: no checkpoints, as Lightning's ModelCheckpoint skips it.
-  if (t.fast_dev_run() > 0 || t.global_step() == last_saved_step_) return;
-  save_topk(t);
+  return !fitting_ || t.fast_dev_run() > 0 || t.sanity_checking() || t.global_step() == last_saved_step_;
+}
+
+void ModelCheckpoint::save(Trainer& t, bool topk) {
+  if (skip(t)) return;
+  // The last.ckpt of this run keeps its name; a new run beside an earlier run's gets a version.
+  // Named first, so that the top-k checkpoint it may link to holds it in its state too.
+  if (options_.save_last) last_model_path_ = free_path(t, "last", last_model_path_);
+  if (topk) save_topk(t);
   save_last(t);
+}
+
+namespace {
+/// Lightning's _should_remove_checkpoint: never the one just written, nor the checkpoint this fit
+/// resumed from (a resumed run keeps its starting point), and only from rank 0.
+bool removable(const Trainer& t, const std::string& previous, const std::string& current) {
+  if (previous.empty() || previous == current || !t.is_global_zero()) return false;
+  // As Lightning, by path: resuming from "last" (a moving name) does not pin what it pointed at.
+  auto norm = [](const std::string& p) { return fs::absolute(p).lexically_normal(); };
+  return t.ckpt_path().empty() || norm(previous) != norm(t.ckpt_path());
+}
+}  // namespace
+
+void ModelCheckpoint::write(Trainer& t, const std::string& path) {
+  t.save_checkpoint(path, options_.save_weights_only);
   last_saved_step_ = t.global_step();
 }
 
 void ModelCheckpoint::save_topk(Trainer& t) {
   if (options_.save_top_k == 0) return;
   if (options_.monitor.empty()) {
-    const std::string path = from_rank0(t, (fs::path(dir(t)) / format_name(t)).string());
     // No monitor: keep the latest only (save_top_k 1) or all (-1).
-    t.save_checkpoint(path, options_.save_weights_only);
-    if (options_.save_top_k == 1 && !best_model_path_.empty() && best_model_path_ != path && t.is_global_zero())
-      detail::remove_tree(best_model_path_);
+    const std::string path = free_path(t, format_name(t), best_model_path_);
+    // Set before the save, as Lightning: the checkpoint's own state names it as the best, so a run
+    // resumed from it removes it when it saves the next one.
+    const std::string previous = best_model_path_;
     best_model_path_ = path;
+    write(t, path);
+    if (options_.save_top_k == 1 && removable(t, previous, path))
+      t.remove_checkpoint(previous);  // once the new one is whole (an asynchronous save)
+  } else {
+    const auto [has, score] = monitored_on_rank0(t, options_.monitor);
+    if (!has) {
+      check_monitor_logged(t);
+      return;  // not logged yet (e.g. before the first validation)
+    }
+    const bool better_is_lower = options_.mode == "min";
+    auto worse = [&](double a, double b) { return better_is_lower ? a > b : a < b; };
+    std::string replaced;  // the worst of a full top k, removed once the better one is saved
+    if (options_.save_top_k > 0 && static_cast<int64_t>(best_k_.size()) >= options_.save_top_k) {
+      auto worst = std::max_element(best_k_.begin(), best_k_.end(),
+                                    [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
+      if (!worse(worst->second, score)) return;
+      replaced = worst->first;
+      best_k_.erase(worst);
+    }
+    // A name that one of the kept checkpoints or an earlier run's file has gets "-v1", "-v2", ...
+    // (Lightning's version counter) instead of overwriting it.
+    const std::string path = free_path(t, format_name(t), replaced);
+    best_k_[path] = score;  // before the save, so that the checkpoint's state includes it
+    auto best = std::min_element(best_k_.begin(), best_k_.end(),
+                                 [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
+    best_model_path_ = best->first;
+    write(t, path);
+    if (removable(t, replaced, path)) t.remove_checkpoint(replaced);
+    last_topk_path_ = path;
+    last_topk_step_ = t.global_step();
     return;
   }
-  const auto [has, score] = monitored_on_rank0(t, options_.monitor);
-  if (!has) {
-    check_monitor_logged(t);
-    return;  // not logged yet (e.g. before the first validation)
-  }
-  const bool better_is_lower = options_.mode == "min";
-  auto worse = [&](double a, double b) { return better_is_lower ? a > b : a < b; };
-  std::string replaced;  // the worst of a full top k, removed once the better one is saved
-  if (options_.save_top_k > 0 && static_cast<int64_t>(best_k_.size()) >= options_.save_top_k) {
-    auto worst = std::max_element(best_k_.begin(), best_k_.end(),
-                                  [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
-    if (!worse(worst->second, score)) return;
-    replaced = worst->first;
-    best_k_.erase(worst);
-  }
-  // A name that one of the kept checkpoints has (a filename without changing fields) gets
-  // "-v1", "-v2", ... as Lightning's version counter gives it, instead of overwriting that one.
-  std::string path = (fs::path(dir(t)) / format_name(t)).string();
-  const std::string stem = path.substr(0, path.size() - 5);  // without ".ckpt"
-  for (int v = 1; best_k_.count(path) > 0; ++v) path = stem + "-v" + std::to_string(v) + ".ckpt";
-  path = from_rank0(t, path);
-  t.save_checkpoint(path, options_.save_weights_only);
-  if (!replaced.empty() && replaced != path && t.is_global_zero()) detail::remove_tree(replaced);
-  best_k_[path] = score;
-  auto best = std::min_element(best_k_.begin(), best_k_.end(),
-                               [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
-  best_model_path_ = best->first;
+  last_topk_path_ = best_model_path_;
+  last_topk_step_ = t.global_step();
 }
+
+namespace {
+/// Rank 0: `link` (last.ckpt) made a relative symbolic link to `target`, a checkpoint file or
+/// sharded folder of the same folder. Returns "" or why not (then `link` is as it was).
+std::string link_checkpoint(const std::string& target, const std::string& link) {
+  if (fs::path(target).parent_path() != fs::path(link).parent_path())
+    return "the newest checkpoint '" + target + "' is not in the folder of '" + link + "'";
+  std::error_code ec;
+  const std::string tmp = link + ".tmp." + std::to_string(::getpid());
+  detail::remove_tree(tmp);
+  fs::create_symlink(fs::path(target).filename(), tmp, ec);
+  if (ec) return "cannot create a symbolic link: " + ec.message();
+  // A sharded copy of last.ckpt is a folder, which rename does not replace.
+  if (fs::is_directory(fs::symlink_status(link, ec))) detail::remove_tree(link);
+  fs::rename(tmp, link, ec);
+  if (ec) {
+    detail::remove_tree(tmp);
+    return "cannot replace '" + link + "': " + ec.message();
+  }
+  return {};
+}
+}  // namespace
 
 void ModelCheckpoint::save_last(Trainer& t) {
   if (!options_.save_last) return;
-  last_model_path_ = (fs::path(dir(t)) / "last.ckpt").string();
-  t.save_checkpoint(last_model_path_, options_.save_weights_only);
+  last_model_path_ = free_path(t, "last", last_model_path_);
+  // "link": to the top-k checkpoint of this very step (one of an earlier step would resume from a
+  // stale state); without one, a copy, as when the link cannot be made.
+  // Under AsyncCheckpointIO that checkpoint may still be being written when last.ckpt would point at
+  // it, and a crash then would leave a dangling last.ckpt: last.ckpt is a (likewise atomic) copy.
+  const auto& plugins = t.options().plugins;
+  const bool async = std::find(plugins.begin(), plugins.end(), "AsyncCheckpointIO") != plugins.end();
+  const bool link = options_.save_last.mode == SaveLast::Mode::link && !async && last_topk_step_ == t.global_step() &&
+                    !last_topk_path_.empty();
+  std::string outcome;  // rank 0's: "linked", or why not
+  if (t.is_global_zero()) {
+    std::string why = link ? link_checkpoint(last_topk_path_, last_model_path_) : std::string("-");
+    if (why.empty()) {
+      outcome = "linked";
+    } else {
+      if (link) spdlog::warn("ModelCheckpoint(save_last='link'): {}; writing a copy instead", why);
+      // A copy replaces the file, never a link's target.
+      if (fs::is_symlink(last_model_path_)) detail::remove_tree(last_model_path_);
+    }
+  }
+  if (from_rank0(t, outcome) == "linked") return;
+  write(t, last_model_path_);
 }
 
 void ModelCheckpoint::on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor&, const Batch&, int64_t) {
@@ -287,7 +446,7 @@ void ModelCheckpoint::on_train_batch_end(Trainer& t, LightningModule&, const tor
       due = true;
     }
   }
-  if (due) save(t);
+  if (due) save(t, true);
 }
 
 void ModelCheckpoint::check_monitor_logged(Trainer& t) const {
@@ -303,30 +462,44 @@ void ModelCheckpoint::monitor_missing(Trainer& t) const {
       known, "]. HINT: did you call log('", options_.monitor, "', value) in the LightningModule?"));
 }
 
+bool ModelCheckpoint::save_on_train_epoch_end(const Trainer& t) const {
+  if (options_.save_on_train_epoch_end) return *options_.save_on_train_epoch_end;
+  // Lightning's rule for None. Without a validation loop the epoch's end is the only point; with
+  // one, after validation unless it runs exactly once, at the end of every epoch.
+  if (!t.enable_validation()) return true;
+  const auto& o = t.options();
+  if (o.check_val_every_n_epoch != 1) return false;
+  return o.val_check_interval.is_fraction && o.val_check_interval.value == 1.0;
+}
+
+bool ModelCheckpoint::epoch_due(const Trainer& t) const {
+  // every_n_train_steps or train_time_interval replace the epoch trigger (Lightning's every_n_epochs
+  // defaults to 0 then).
+  if (options_.every_n_train_steps > 0 || options_.train_time_interval.seconds > 0) return false;
+  return options_.every_n_epochs > 0 && (t.current_epoch() + 1) % options_.every_n_epochs == 0;
+}
+
 void ModelCheckpoint::on_train_epoch_end(Trainer& t, LightningModule&) {
   // Without a validation loop every metric there will be was logged by a training epoch's end.
   const bool missing = !options_.monitor.empty() && !monitored_on_rank0(t, options_.monitor).first;
   if (missing && !t.enable_validation()) monitor_missing(t);
-  if (options_.every_n_train_steps > 0 || options_.train_time_interval > 0) return;
-  if (missing) {
-    check_monitor_logged(t);
-    return;  // wait for validation
-  }
-  if (options_.every_n_epochs > 0 && (t.current_epoch() + 1) % options_.every_n_epochs == 0) save(t);
+  if (save_on_train_epoch_end(t)) save(t, epoch_due(t));
 }
 
 void ModelCheckpoint::on_validation_end(Trainer& t, LightningModule&) {
-  if (!t.sanity_checking()) validated_ = true;
-  if (t.sanity_checking() || options_.monitor.empty() || options_.every_n_train_steps > 0) return;
-  // A monitor that is not a validation metric (one logged at the training epoch's end) is saved
-  // for, or found missing, at the epoch's end.
-  if (!monitored_on_rank0(t, options_.monitor).first) return;
-  if (options_.every_n_epochs > 0 && (t.current_epoch() + 1) % options_.every_n_epochs == 0) save(t);
+  if (!fitting_ || t.sanity_checking()) return;
+  validated_ = true;
+  if (save_on_train_epoch_end(t)) return;
+  // A monitor that is not a validation metric (one logged at the training epoch's end) may be
+  // missing after a validation within the epoch: the top k waits for it, last.ckpt does not.
+  const bool has = options_.monitor.empty() || monitored_on_rank0(t, options_.monitor).first;
+  save(t, has && epoch_due(t));
 }
 
 void ModelCheckpoint::on_train_end(Trainer& t, LightningModule&) {
-  // Make sure the final state is on disk as last.ckpt when asked for.
-  if (options_.save_last && last_saved_step_ != t.global_step()) save_last(t);
+  // volt keeps the final state as last.ckpt even when no trigger fell on the last step, so that
+  // ckpt_path=last resumes from where fit ended.
+  if (options_.save_last && !skip(t)) save_last(t);
 }
 
 YAML::Node ModelCheckpoint::state_dict() const {

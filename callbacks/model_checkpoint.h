@@ -1,9 +1,10 @@
 #pragma once
 /// ModelCheckpoint with Lightning's options: saves checkpoints during fit into `dirpath` (default
 /// <default_root_dir>/checkpoints), named by `filename` ("{epoch}-{step}" by default; metric names
-/// in braces are filled in), keeps the best `save_top_k` by `monitor`, and optionally `last.ckpt`.
-/// Writes are atomic (see tensor_archive.h and sharded_checkpoint.h); with FSDP state_dict_type
-/// "sharded" each checkpoint is a folder of that name. Its own state (best paths) is checkpointed too.
+/// in braces are filled in), keeps the best `save_top_k` by `monitor`, and optionally `last.ckpt`
+/// (a copy, or with save_last "link" a symbolic link to the newest checkpoint). Writes are atomic
+/// (see tensor_archive.h and sharded_checkpoint.h); with FSDP state_dict_type "sharded" each
+/// checkpoint is a folder of that name. Its own state (best paths) is checkpointed too.
 #include <map>
 #include <memory>
 #include <optional>
@@ -12,8 +13,57 @@
 #include "volt/callbacks/callback.h"
 #include "volt/core/files.h"
 #include "volt/core/options.h"
+#include "volt/core/options_help.h"
 
 namespace volt {
+
+/// ModelCheckpoint.save_last, as Lightning's `Optional[Literal[True, False, "link"]]`: off, a copy
+/// of the newest state as last.ckpt, or last.ckpt as a symbolic link to the newest checkpoint saved.
+/// YAML: true, false (or null) or "link". Value type.
+struct SaveLast {
+  enum class Mode { off, copy, link };
+  Mode mode = Mode::off;
+  SaveLast(bool on = false) : mode(on ? Mode::copy : Mode::off) {}  // NOLINT: implicit, as Lightning's bool
+  SaveLast(Mode m) : mode(m) {}                                     // NOLINT
+  /// "link" only (a string literal would otherwise convert to `true`); ConfigError otherwise.
+  SaveLast(const char* text);         // NOLINT
+  SaveLast(const std::string& text);  // NOLINT
+  explicit operator bool() const { return mode != Mode::off; }
+  bool operator==(const SaveLast& o) const { return mode == o.mode; }
+  bool operator!=(const SaveLast& o) const { return mode != o.mode; }
+};
+
+/// ModelCheckpoint.train_time_interval in seconds (0: off). YAML: a number of seconds or Python's
+/// timedelta text, "H:MM:SS" or "D day(s), H:MM:SS" (fractional seconds allowed), as a Lightning
+/// config gives a `timedelta`. Converts to and from double. Value type.
+struct TimeInterval {
+  double seconds = 0;
+  TimeInterval(double s = 0) : seconds(s) {}   // NOLINT: implicit, a number of seconds
+  operator double() const { return seconds; }  // NOLINT
+  /// Parses "H:MM:SS" or "D day(s), H:MM:SS"; ConfigError naming `key` otherwise.
+  static TimeInterval parse(const std::string& text, const std::string& key);
+};
+
+namespace detail {
+template <>
+struct YamlCodec<SaveLast> {
+  static SaveLast decode(const YAML::Node& n, const std::string& key);
+  static YAML::Node encode(const SaveLast& v);
+};
+template <>
+struct HelpType<SaveLast> {
+  static std::string name() { return "bool|link"; }
+};
+template <>
+struct YamlCodec<TimeInterval> {
+  static TimeInterval decode(const YAML::Node& n, const std::string& key);
+  static YAML::Node encode(const TimeInterval& v) { return YAML::Node(v.seconds); }
+};
+template <>
+struct HelpType<TimeInterval> {
+  static std::string name() { return "float|H:MM:SS"; }
+};
+}  // namespace detail
 
 struct ModelCheckpointOptions {
   std::string dirpath;  // "" = <default_root_dir>/checkpoints
@@ -21,17 +71,27 @@ struct ModelCheckpointOptions {
   std::string monitor;  // "" = keep the latest
   std::string mode = "min";
   int64_t save_top_k = 1;  // -1 = all, 0 = none (but last)
-  bool save_last = false;
+  SaveLast save_last = false;
+  /// "{epoch}-{val_loss:.2f}" names "epoch=3-val_loss=0.12" (true) or "3-0.12" (false).
+  bool auto_insert_metric_name = true;
   int64_t every_n_train_steps = 0;
-  int64_t every_n_epochs = 1;
-  double train_time_interval = 0;  // seconds; 0 = off
+  int64_t every_n_epochs = 1;            // ignored when every_n_train_steps or train_time_interval is set
+  TimeInterval train_time_interval = 0;  // seconds; 0 = off
   bool save_weights_only = false;
+  /// Save (top k and last) at the training epoch's end (true) or after validation (false). Unset:
+  /// at the training epoch's end without a validation loop, else after validation unless
+  /// validation runs once at the end of every epoch (check_val_every_n_epoch 1, val_check_interval 1.0).
+  std::optional<bool> save_on_train_epoch_end;
+  /// A name already on disk gets "-v1", "-v2", ... (true) or is overwritten (false).
+  bool enable_version_counter = true;
 
   template <class V>
   void visit(V& v) {
     v("dirpath", dirpath)("filename", filename)("monitor", monitor)("mode", mode)("save_top_k", save_top_k)(
-        "save_last", save_last)("every_n_train_steps", every_n_train_steps)("every_n_epochs", every_n_epochs)(
-        "train_time_interval", train_time_interval)("save_weights_only", save_weights_only);
+        "save_last", save_last)("auto_insert_metric_name", auto_insert_metric_name)(
+        "every_n_train_steps", every_n_train_steps)("every_n_epochs", every_n_epochs)(
+        "train_time_interval", train_time_interval)("save_weights_only", save_weights_only)(
+        "save_on_train_epoch_end", save_on_train_epoch_end)("enable_version_counter", enable_version_counter);
   }
   void validate() const;
 };
@@ -57,7 +117,9 @@ class ModelCheckpoint : public Callback {
 
   const std::string& best_model_path() const { return best_model_path_; }
   const std::string& last_model_path() const { return last_model_path_; }
-  /// The last.ckpt this callback would resume from, if it exists.
+  /// The checkpoint ckpt_path "last" resumes from: the newest (by modification time) of this
+  /// callback's folder's last.ckpt and last-v<N>.ckpt, a link followed to its target; "" if none.
+  /// CheckpointError when that last.ckpt is a link whose target is gone.
   std::string last_model_path_on_disk(const Trainer& t) const;
   const ModelCheckpointOptions& options() const { return options_; }
 
@@ -69,10 +131,19 @@ class ModelCheckpoint : public Callback {
 
  private:
   std::string dir(const Trainer& t) const;
+  /// The file name without ".ckpt".
   std::string format_name(const Trainer& t) const;
-  void save(Trainer& t);
+  /// Rank 0's `<dir>/<stem>.ckpt`, or with the version counter the first of `<stem>-v1.ckpt`, ...
+  /// that is neither on disk nor kept (`keep`, the checkpoint this save replaces, counts as free).
+  std::string free_path(Trainer& t, const std::string& stem, const std::string& keep) const;
+  bool save_on_train_epoch_end(const Trainer& t) const;
+  bool epoch_due(const Trainer& t) const;
+  bool skip(const Trainer& t) const;
+  /// The top k (when `topk`) and last.ckpt for this step, unless this step is saved already.
+  void save(Trainer& t, bool topk);
   void save_topk(Trainer& t);
   void save_last(Trainer& t);
+  void write(Trainer& t, const std::string& path);
   /// ConfigError (Lightning's words) when the monitor is missing although validation has run.
   void check_monitor_logged(Trainer& t) const;
   /// ConfigError (Lightning's words) naming the monitor and the metrics that were logged.
@@ -82,9 +153,12 @@ class ModelCheckpoint : public Callback {
   std::map<std::string, double> best_k_;  // path -> score
   std::string best_model_path_;
   std::string last_model_path_;
-  int64_t last_saved_step_ = -1;
+  std::string last_topk_path_;  // the newest top-k checkpoint written, at step last_topk_step_
+  int64_t last_topk_step_ = -1;
+  int64_t last_saved_step_ = 0;  // as Lightning: nothing to save before the first step
   double last_time_save_ = 0;
   bool validated_ = false;            // a (non-sanity) validation has run in this fit
+  bool fitting_ = false;              // between setup("fit") and teardown: validate() saves nothing
   std::shared_ptr<FolderLock> lock_;  // rank 0, during fit
 };
 

@@ -33,6 +33,7 @@ void save_checkpoint_file(const Checkpoint& ckpt, const std::string& path) {
   for (const auto& [k, v] : ckpt.state_dict) w.add(kModelSection, k, v);
   for (const auto& [k, v] : ckpt.optimizer_state) w.add(kOptimizerSection, k, v);
   for (const auto& [k, v] : ckpt.rng_states) w.add(kRngSection, k, v);
+  for (const auto& [k, v] : ckpt.extra_tensors) w.add(kExtraTensorSection, k, v);
   w.commit(detail::checkpoint_fields(ckpt), detail::checkpoint_index_meta(ckpt));
 }
 
@@ -45,6 +46,7 @@ Checkpoint load_checkpoint_file(const std::string& path) {
   for (const auto& n : r.names(kModelSection)) c.state_dict[n] = r.read(kModelSection, n);
   for (const auto& n : r.names(kOptimizerSection)) c.optimizer_state[n] = r.read(kOptimizerSection, n);
   for (const auto& n : r.names(kRngSection)) c.rng_states[n] = r.read(kRngSection, n);
+  for (const auto& n : r.names(kExtraTensorSection)) c.extra_tensors[n] = r.read(kExtraTensorSection, n);
   return c;
 }
 
@@ -70,7 +72,7 @@ uint64_t consolidate_checkpoint(const std::string& src, const std::string& dst, 
   header.meta = YAML::Clone(r.meta());
   header.meta["consolidated_from"] = src;
   ArchiveWriter w(dst);
-  for (const char* section : {kModelSection, kOptimizerSection, kRngSection})
+  for (const char* section : {kModelSection, kOptimizerSection, kRngSection, kExtraTensorSection})
     for (const auto& n : r.names(section)) w.add(section, n, r.read(section, n));  // one tensor in memory at a time
   w.commit(detail::checkpoint_fields(header), detail::checkpoint_index_meta(header));
   return w.bytes_written();

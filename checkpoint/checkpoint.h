@@ -9,7 +9,8 @@
 ///             shape, dtype and which rank holds which flat range) and a `COMPLETE` marker written
 ///             last (see ShardedCheckpointWriter).
 /// Tensors live in sections: "state_dict" (model), "optimizer_states" ("<param>.<field>", e.g.
-/// "fc.weight.exp_avg"), "rng_states" ("rank<r>.cpu", "rank<r>.cuda"). Everything else is YAML in
+/// "fc.weight.exp_avg"), "rng_states" ("rank<r>.cpu", "rank<r>.cuda"), "extra_tensors" (the
+/// on_save_checkpoint hooks' tensors of every rank, "rank<r>.<name>"). Everything else is YAML in
 /// `meta`: loops, callbacks, lr_schedulers, hyper_parameters, precision, strategy, config,
 /// volt_version, torch_version, extra (on_save_checkpoint's).
 #include <torch/types.h>
@@ -27,6 +28,8 @@ inline constexpr int64_t kCheckpointFormatVersion = 2;
 inline constexpr const char* kModelSection = "state_dict";
 inline constexpr const char* kOptimizerSection = "optimizer_states";
 inline constexpr const char* kRngSection = "rng_states";
+/// The tensors the on_save_checkpoint hooks added (CheckpointMeta::tensors), "rank<r>.<name>".
+inline constexpr const char* kExtraTensorSection = "extra_tensors";
 
 /// A whole checkpoint in memory: what save_checkpoint_file writes and load_checkpoint_file reads.
 struct Checkpoint {
@@ -34,22 +37,30 @@ struct Checkpoint {
   int64_t global_step = 0;
   std::map<std::string, torch::Tensor> state_dict;
   std::map<std::string, torch::Tensor> optimizer_state;
-  std::map<std::string, torch::Tensor> rng_states;  // "rank<r>.cpu", ...
+  std::map<std::string, torch::Tensor> rng_states;     // "rank<r>.cpu", ...
+  std::map<std::string, torch::Tensor> extra_tensors;  // "rank<r>.<name>"
   YAML::Node meta = YAML::Node(YAML::NodeType::Map);
 };
 
 /// What a streaming writer records besides the state it streams (state_io.h): epoch, global_step,
-/// the metadata and this rank's own generators ("cpu", "cuda").
+/// the metadata, this rank's own generators ("cpu", "cuda") and this rank's hook tensors.
 struct CheckpointHeader {
   int64_t epoch = 0;
   int64_t global_step = 0;
   YAML::Node meta = YAML::Node(YAML::NodeType::Map);
   std::map<std::string, torch::Tensor> rng_states;
+  /// This rank's CheckpointMeta::tensors by their own names: every rank must hold the same names,
+  /// shapes and dtypes (save_state checks it on every rank); stored as "rank<r>.<name>".
+  std::map<std::string, torch::Tensor> extra_tensors;
 
   CheckpointHeader() = default;
   /// The header fields of an in-memory checkpoint (its tensors are not part of a header).
   CheckpointHeader(const Checkpoint& c)  // NOLINT: implicit on purpose
-      : epoch(c.epoch), global_step(c.global_step), meta(c.meta), rng_states(c.rng_states) {}
+      : epoch(c.epoch),
+        global_step(c.global_step),
+        meta(c.meta),
+        rng_states(c.rng_states),
+        extra_tensors(c.extra_tensors) {}
 };
 
 /// Writes `ckpt` as a full checkpoint at `path`, atomically (temporary file, fsync, rename, fsync

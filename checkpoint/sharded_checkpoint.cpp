@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "volt/checkpoint/manifest.h"
 #include "volt/core/errors.h"
@@ -118,22 +119,76 @@ void ShardedCheckpointWriter::commit(const CheckpointHeader& header, const std::
   meta["rank"] = rank_;
   meta["world_size"] = world_size_;
   meta["save_id"] = save_id_;
+  header_ = header;
   if (error.empty()) try {
       file_->commit(fields, meta);
     } catch (const std::exception& e) {
       error = e.what();
     }
+  if (deferred_) {
+    phase("copying the state aside", error);
+    return;
+  }
+  finish(error);
+}
+
+void ShardedCheckpointWriter::defer_writes() {
+  file_->defer_writes();
+  deferred_ = true;
+}
+
+std::string ShardedCheckpointWriter::write_deferred() {
+  try {
+    file_->write_deferred();
+    return {};
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+void ShardedCheckpointWriter::finish(std::string error) {
   phase("writing the shard files", error);
   if (rank_ == 0) try {
-      const std::string text = detail::encode_manifest(header, world_size_, save_id_, manifest_);
-      detail::atomic_write((fs::path(staging_) / kManifestFile).string(), text.data(), text.size());
-      const std::string marker = detail::encode_marker(world_size_, text);
-      detail::atomic_write((fs::path(staging_) / kCompleteMarker).string(), marker.data(), marker.size());
-      detail::swap_into_place(staging_, dir_);
+      write_manifest();
     } catch (const std::exception& e) {
       error = e.what();
     }
   phase("writing the manifest", error);
+}
+
+void ShardedCheckpointWriter::write_manifest() {
+  const std::string text = detail::encode_manifest(header_, world_size_, save_id_, manifest_);
+  detail::atomic_write((fs::path(staging_) / kManifestFile).string(), text.data(), text.size());
+  const std::string marker = detail::encode_marker(world_size_, text);
+  detail::atomic_write((fs::path(staging_) / kCompleteMarker).string(), marker.data(), marker.size());
+  detail::swap_into_place(staging_, dir_);
+}
+
+bool ShardedCheckpointWriter::finish_without_agreement(double timeout_s) {
+  if (rank_ != 0) return true;  // rank 0 completes it
+  // A rank file carries its save's id: one left by another save is never assembled.
+  auto written = [&](int64_t r) {
+    const std::string f = (fs::path(staging_) / shard_file_name(r)).string();
+    if (!detail::path_exists(f)) return false;
+    try {
+      const YAML::Node id = ArchiveReader(f).meta()["save_id"];
+      return id && id.as<std::string>() == save_id_;
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (int64_t r = 0; r < world_size_; ++r)
+    while (!written(r)) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  try {
+    write_manifest();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace volt

@@ -60,12 +60,34 @@ class ShardedCheckpointWriter {
   /// Throws CheckpointError on every rank if any failed.
   void commit(const CheckpointHeader& header, const std::string& local_error = "");
 
+  /// Asynchronous saves (async_checkpoint_io.h): this rank's file defers its writes
+  /// (ArchiveWriter::defer_writes), and commit() then only agrees that every rank copied its state
+  /// aside. write_deferred() writes this rank's file, finish() completes the commit.
+  void defer_writes();
+  /// Writes and commits this rank's file after a deferred commit(): any thread, no collective.
+  /// Returns the error ("" on success) for finish().
+  std::string write_deferred();
+  /// Collective, after write_deferred() on every rank (`error`: this rank's result): as the end of
+  /// commit(), every rank agrees that every file was written, then rank 0 writes the manifest and
+  /// the marker and swaps the folder into place. Throws CheckpointError on every rank if any failed.
+  void finish(std::string error);
+  /// Rank 0, where a collective is impossible (an exception is unwinding): completes the save when
+  /// every rank's file of this save is in the folder within `timeout_s` (a rank's file appears only
+  /// once that rank wrote it whole); else leaves it unfinished (removed as `*.partial` by the next
+  /// run) and the previous checkpoint as it was. Returns whether the checkpoint is complete (true
+  /// on the other ranks, which leave it to rank 0).
+  bool finish_without_agreement(double timeout_s);
+
  private:
   std::string dir_, staging_;
   int64_t rank_, world_size_;
   std::string save_id_;
   Agree agree_;
+  bool deferred_ = false;
+  CheckpointHeader header_;  // for the manifest, by a deferred commit
   void phase(const std::string& what, std::string error);
+  /// Rank 0: the manifest and the marker, then the folder swapped into place.
+  void write_manifest();
   std::unique_ptr<ArchiveWriter> file_;
   ShardedManifest manifest_;
 };

@@ -15,25 +15,131 @@ namespace volt {
 
 namespace {
 
-/// Every rank's tensors of `local` (same keys and shapes on every rank) as "rank<r>.<key>";
-/// collective. Exact for the byte states it carries: one all-reduce, no variable-size collective.
+/// The bytes of `t` as int64 words (zero padded). Summing one rank's words with the other ranks'
+/// zeros is exact for every dtype: a path through double would round int64 values beyond 2^53.
+torch::Tensor to_words(const torch::Tensor& t) {
+  const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+  const auto nbytes = static_cast<size_t>(c.numel()) * c.element_size();
+  torch::Tensor words = torch::zeros({static_cast<int64_t>((nbytes + 7) / 8)}, torch::kLong);
+  if (nbytes > 0) std::memcpy(words.data_ptr(), c.data_ptr(), nbytes);
+  return words;
+}
+
+/// A tensor shaped and typed as `like` (on the CPU) holding the bytes of `words`.
+torch::Tensor from_words(const torch::Tensor& words, const torch::Tensor& like) {
+  torch::Tensor out = torch::empty(like.sizes(), torch::TensorOptions().dtype(like.scalar_type()));
+  const auto nbytes = static_cast<size_t>(out.numel()) * out.element_size();
+  if (nbytes > 0) std::memcpy(out.data_ptr(), words.contiguous().data_ptr(), nbytes);
+  return out;
+}
+
+/// Every rank's tensors of `local` (same keys, shapes and dtypes on every rank) as
+/// "rank<r>.<key>"; collective. Bit-exact for every dtype: one all-reduce of the tensors' bytes,
+/// no variable-size collective.
 std::map<std::string, torch::Tensor> gather_rank_tensors(StateComm& comm,
                                                          const std::map<std::string, torch::Tensor>& local) {
   std::map<std::string, torch::Tensor> out;
   const int64_t w = comm.world_size(), r = comm.rank();
+  if (w == 1) {
+    for (const auto& [k, t] : local) out["rank0." + k] = t;
+    return out;
+  }
+  std::vector<torch::Tensor> words;
+  int64_t total = 0;
   for (const auto& [k, t] : local) {
-    if (w == 1) {
-      out["rank0." + k] = t;
-      continue;
+    words.push_back(to_words(t));
+    total += words.back().numel();
+  }
+  if (total == 0 && local.empty()) return out;  // the same on every rank: no collective
+  torch::Tensor rows = torch::zeros({w, total}, torch::kLong);
+  if (total > 0) rows[r].copy_(torch::cat(words));
+  rows = comm.all_reduce(rows, ReduceOp::Sum);
+  for (int64_t q = 0; q < w; ++q) {
+    int64_t offset = 0;
+    size_t i = 0;
+    for (const auto& [k, t] : local) {
+      const int64_t n = words[i++].numel();
+      out["rank" + std::to_string(q) + "." + k] = from_words(rows[q].narrow(0, offset, n), t);
+      offset += n;
     }
-    torch::Tensor flat = t.detach().to(torch::kCPU).reshape({-1}).to(torch::kDouble);
-    torch::Tensor rows = torch::zeros({w, flat.numel()}, torch::kDouble);
-    rows[r].copy_(flat);
-    rows = comm.all_reduce(rows, ReduceOp::Sum);
-    for (int64_t q = 0; q < w; ++q)
-      out["rank" + std::to_string(q) + "." + k] = rows[q].to(t.scalar_type()).view(t.sizes());
   }
   return out;
+}
+
+/// One line per tensor, "<name>\x1f<dtype> <shape>": what every rank's hook tensors must agree on.
+std::string describe_tensors(const std::map<std::string, torch::Tensor>& tensors) {
+  std::string s;
+  for (const auto& [k, t] : tensors) s += detail::str_cat(k, "\x1f", dtype_name(t.scalar_type()), " ", t.sizes(), "\n");
+  return s;
+}
+
+/// `text` of rank `src` on every rank (collective).
+std::string broadcast_text(StateComm& comm, const std::string& text, int64_t src) {
+  const auto n = static_cast<int64_t>(
+      comm.broadcast(torch::tensor(static_cast<double>(text.size()), torch::kDouble), src).item<double>());
+  torch::Tensor bytes = torch::zeros({std::max<int64_t>(n, 1)}, torch::kUInt8);
+  if (comm.rank() == src) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), static_cast<size_t>(n));
+  bytes = comm.broadcast(bytes, src);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
+}
+
+/// The first way this rank's tensors (described by `mine`) differ from rank 0's (`ref`).
+std::string first_difference(const std::string& ref, const std::string& mine, int64_t rank) {
+  auto parse = [](const std::string& text) {
+    std::map<std::string, std::string> m;  // name -> "dtype shape"
+    size_t pos = 0;
+    while (pos < text.size()) {
+      const size_t end = text.find('\n', pos), cut = text.find('\x1f', pos);
+      m[text.substr(pos, cut - pos)] = text.substr(cut + 1, end - cut - 1);
+      pos = end + 1;
+    }
+    return m;
+  };
+  const auto theirs = parse(ref), ours = parse(mine);
+  const std::string r = std::to_string(rank);
+  for (const auto& [name, spec] : ours) {
+    auto it = theirs.find(name);
+    if (it == theirs.end()) return "'" + name + "' is added on rank " + r + " but not on rank 0";
+    if (it->second != spec) return "'" + name + "' is " + spec + " on rank " + r + " but " + it->second + " on rank 0";
+  }
+  for (const auto& [name, spec] : theirs)
+    if (!ours.count(name)) return "'" + name + "' is added on rank 0 but not on rank " + r;
+  return {};
+}
+
+/// Fails every rank (CheckpointError naming the tensor and the rank) unless every rank's hook
+/// tensors have the same names, shapes and dtypes: they are gathered and declared by those of
+/// rank 0. One all-reduce when they agree.
+void check_same_rank_tensors(StateComm& comm, const std::map<std::string, torch::Tensor>& local,
+                             const std::string& path) {
+  const int64_t w = comm.world_size();
+  if (w == 1) return;
+  const std::string mine = describe_tensors(local);
+  torch::Tensor sums = torch::zeros({w}, torch::kLong);
+  sums[comm.rank()] = static_cast<int64_t>(detail::xxh64(mine.data(), mine.size()));
+  sums = comm.all_reduce(sums, ReduceOp::Sum);
+  if (sums.eq(sums[0]).all().item<bool>()) return;
+  const std::string ref = broadcast_text(comm, mine, 0);
+  const std::string diff = first_difference(ref, mine, comm.rank());
+  detail::agree_or_throw(
+      comm,
+      diff.empty() ? std::string()
+                   : detail::str_cat("not saving checkpoint '", path, "': the on_save_checkpoint tensor ", diff,
+                                     "; every rank must add the same names with the same shapes and dtypes to "
+                                     "CheckpointMeta::tensors"),
+      "saving checkpoint '" + path + "'");
+}
+
+/// Writes this rank's `tensors` into its file of a sharded save as "rank<r>.<name>"; rank 0
+/// declares every rank's (the same names, shapes and dtypes on every rank).
+void add_rank_tensors(ShardedCheckpointWriter& sw, const char* section,
+                      const std::map<std::string, torch::Tensor>& tensors, int64_t rank, int64_t world) {
+  for (const auto& [k, v] : tensors) {
+    sw.file().add(section, "rank" + std::to_string(rank) + "." + k, v);
+    if (rank == 0)
+      for (int64_t r = 0; r < world; ++r)
+        sw.declare(section, "rank" + std::to_string(r) + "." + k, v.scalar_type(), v.sizes().vec(), r, 0, v.numel());
+  }
 }
 
 /// The optimizer state fields of a group's slices, by field, on this rank.
@@ -116,9 +222,13 @@ GroupSteps steps_if_any(const StateLayout& layout, const std::vector<std::string
   return has_step ? group_steps(layout.optimizers, layout.groups) : GroupSteps{};
 }
 
-void save_full(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm) {
+/// `staged` non-null: the writer defers its writes (stage_state) and is handed out (null on the
+/// ranks that write nothing).
+void save_full(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm,
+               std::unique_ptr<ArchiveWriter>* staged = nullptr) {
   torch::NoGradGuard ng;
   auto rng = gather_rank_tensors(comm, header.rng_states);
+  auto extra = gather_rank_tensors(comm, header.extra_tensors);
   FieldDtypes dtypes;
   const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm, dtypes);
   const GroupSteps steps = steps_if_any(layout, fields);
@@ -136,7 +246,10 @@ void save_full(const StateLayout& layout, const CheckpointHeader& header, const 
       w.reset();
     }
   };
-  guarded([&] { w = std::make_unique<ArchiveWriter>(path); });
+  guarded([&] {
+    w = std::make_unique<ArchiveWriter>(path);
+    if (staged) w->defer_writes();
+  });
   for (size_t gi = 0; gi < layout.groups.size(); ++gi) {
     const FlatGroup& g = layout.groups[gi];
     {
@@ -169,9 +282,11 @@ void save_full(const StateLayout& layout, const CheckpointHeader& header, const 
                                  w->add(kOptimizerSection, n + "." + f, t);
                                });
     for (const auto& [k, v] : rng) w->add(kRngSection, k, v);
+    for (const auto& [k, v] : extra) w->add(kExtraTensorSection, k, v);
     w->commit(detail::checkpoint_fields(header), detail::checkpoint_index_meta(header));
   });
   detail::agree_or_throw(comm, error, "saving checkpoint '" + path + "'");
+  if (staged) *staged = std::move(w);
 }
 
 /// Rank 0's part of a sharded save: whole tensors, written and declared.
@@ -238,32 +353,32 @@ std::string shared_save_id(StateComm& comm) {
   return detail::hex64(static_cast<uint64_t>(id));
 }
 
-void save_sharded(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm) {
+/// `staged` non-null: the writer defers its writes (stage_state) and is handed out.
+void save_sharded(const StateLayout& layout, const CheckpointHeader& header, const std::string& path, StateComm& comm,
+                  std::unique_ptr<ShardedCheckpointWriter>* staged = nullptr) {
   torch::NoGradGuard ng;
   FieldDtypes dtypes;
   const auto fields = layout.groups.empty() ? std::vector<std::string>{} : group_fields(layout, comm, dtypes);
   const GroupSteps steps = steps_if_any(layout, fields);
   const int64_t rank = comm.rank(), world = comm.world_size();
-  ShardedCheckpointWriter sw(
+  auto owned = std::make_unique<ShardedCheckpointWriter>(
       path, rank, world, shared_save_id(comm),
       [&comm](const std::string& error, const std::string& what) { detail::agree_or_throw(comm, error, what); });
+  ShardedCheckpointWriter& sw = *owned;
+  if (staged) sw.defer_writes();
   std::string error;
   try {
     for (size_t gi = 0; gi < layout.groups.size(); ++gi)
       add_group(layout, layout.groups[gi], fields, dtypes, steps.empty() ? std::vector<int64_t>{} : steps[gi], rank,
                 sw);
     if (rank == 0) add_whole(layout, sw);
-    for (const auto& [k, v] : header.rng_states) {
-      sw.file().add(kRngSection, "rank" + std::to_string(rank) + "." + k, v);
-      if (rank == 0)  // every rank's generators have the same state size
-        for (int64_t r = 0; r < world; ++r)
-          sw.declare(kRngSection, "rank" + std::to_string(r) + "." + k, v.scalar_type(), v.sizes().vec(), r, 0,
-                     v.numel());
-    }
+    add_rank_tensors(sw, kRngSection, header.rng_states, rank, world);
+    add_rank_tensors(sw, kExtraTensorSection, header.extra_tensors, rank, world);
   } catch (const std::exception& e) {
     error = e.what();
   }
   sw.commit(header, error);
+  if (staged) *staged = std::move(owned);
 }
 
 void load_optimizer(const StateLayout& layout, const CheckpointReader& ckpt) {
@@ -324,20 +439,83 @@ void check_finite_weights(const StateLayout& layout, StateComm& comm) {
                          "the finiteness check of the weights");
 }
 
-}  // namespace
+class StagedFull : public StagedSave {
+ public:
+  StagedFull(std::string path, StateComm& comm) : comm_(comm) { path_ = std::move(path); }
+  std::unique_ptr<ArchiveWriter> writer;  // rank 0's
+  void set_staged_bytes(int64_t n) { staged_bytes_ = n; }
+  void write() override {
+    if (!writer) return;
+    try {
+      writer->write_deferred();
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+    writer.reset();  // without a commit, its temporary file goes
+  }
+  void finish() override { detail::agree_or_throw(comm_, error_, "saving checkpoint '" + path_ + "'"); }
+  bool finish_alone(double) override { return error_.empty(); }
 
-void save_state(const StateLayout& layout, const CheckpointHeader& header, const std::string& path,
-                CheckpointFormat format, StateComm& comm) {
+ private:
+  StateComm& comm_;
+  std::string error_;
+};
+
+class StagedSharded : public StagedSave {
+ public:
+  explicit StagedSharded(std::string path) { path_ = std::move(path); }
+  std::unique_ptr<ShardedCheckpointWriter> writer;
+  void set_staged_bytes(int64_t n) { staged_bytes_ = n; }
+  void write() override { error_ = writer->write_deferred(); }
+  void finish() override { writer->finish(error_); }
+  bool finish_alone(double timeout_s) override { return error_.empty() && writer->finish_without_agreement(timeout_s); }
+
+ private:
+  std::string error_;
+};
+
+/// save_state, or with `staged` stage_state.
+void save_or_stage(const StateLayout& layout, const CheckpointHeader& header, const std::string& path,
+                   CheckpointFormat format, StateComm& comm, std::unique_ptr<StagedSave>* staged) {
   try {
     check_finite_weights(layout, comm);
   } catch (const CheckpointError& e) {
     throw CheckpointError(detail::str_cat("not saving checkpoint '", path, "' at step ", header.global_step, ": ",
                                           e.what(), " (training diverged); the checkpoints already written are kept"));
   }
-  if (format == CheckpointFormat::Sharded)
-    save_sharded(layout, header, path, comm);
-  else
-    save_full(layout, header, path, comm);
+  check_same_rank_tensors(comm, header.extra_tensors, path);
+  if (!staged) {
+    if (format == CheckpointFormat::Sharded)
+      save_sharded(layout, header, path, comm);
+    else
+      save_full(layout, header, path, comm);
+    return;
+  }
+  if (format == CheckpointFormat::Sharded) {
+    auto s = std::make_unique<StagedSharded>(path);
+    save_sharded(layout, header, path, comm, &s->writer);
+    s->set_staged_bytes(s->writer->file().deferred_bytes());
+    *staged = std::move(s);
+  } else {
+    auto s = std::make_unique<StagedFull>(path, comm);
+    save_full(layout, header, path, comm, &s->writer);
+    s->set_staged_bytes(s->writer ? s->writer->deferred_bytes() : 0);
+    *staged = std::move(s);
+  }
+}
+
+}  // namespace
+
+void save_state(const StateLayout& layout, const CheckpointHeader& header, const std::string& path,
+                CheckpointFormat format, StateComm& comm) {
+  save_or_stage(layout, header, path, format, comm, nullptr);
+}
+
+std::unique_ptr<StagedSave> stage_state(const StateLayout& layout, const CheckpointHeader& header,
+                                        const std::string& path, CheckpointFormat format, StateComm& comm) {
+  std::unique_ptr<StagedSave> staged;
+  save_or_stage(layout, header, path, format, comm, &staged);
+  return staged;
 }
 
 void load_state(const StateLayout& layout, const CheckpointReader& ckpt) {

@@ -10,11 +10,15 @@
 /// ArchiveWriter streams: each tensor is written when add() is called and may be freed right
 /// after, so a checkpoint never has to fit in memory; the pickle (small) is written at commit().
 /// Thread-safety: one writer or reader per thread; readers are const after construction.
+#include <ATen/core/ivalue.h>
 #include <torch/types.h>
 #include <yaml-cpp/yaml.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,8 +68,31 @@ class ArchiveWriter {
   /// Bytes written to the file so far.
   uint64_t bytes_written() const { return written_; }
 
+  /// Asynchronous saves (async_checkpoint_io.h): from now on add() copies `t` into host memory of
+  /// its own (checked as usual, nothing written; the memory of an earlier deferred save's copy of
+  /// the same dtype and size when one was kept) and commit() records its arguments. The file is
+  /// written by write_deferred(), on any one thread while no other uses this writer.
+  void defer_writes();
+  /// Writes what add() copied aside (freeing each copy once written), then commits when commit()
+  /// was called. Throws CheckpointError naming the file; the previous file at path() stays intact.
+  void write_deferred();
+  /// Bytes add() copied aside and write_deferred() has not written yet.
+  int64_t deferred_bytes() const { return deferred_bytes_; }
+
  private:
   size_t write_raw(const void* data, size_t n);
+  /// Host memory for a deferred copy of `src` (1-D): one a previous save gave back, else new.
+  static torch::Tensor take_deferred_buffer(const torch::Tensor& src);
+  static void give_back_deferred_buffer(torch::Tensor t);
+  struct DeferredTensor {
+    std::string section, name;
+    torch::Tensor copy;
+  };
+  bool deferred_ = false;
+  std::vector<DeferredTensor> deferred_tensors_;
+  std::set<std::pair<std::string, std::string>> deferred_names_;
+  std::optional<std::pair<std::vector<std::pair<std::string, c10::IValue>>, YAML::Node>> deferred_commit_;
+  int64_t deferred_bytes_ = 0;
   std::string path_, tmp_;
   int fd_ = -1;
   int write_errno_ = 0;
@@ -137,6 +164,13 @@ struct ZipEntry {
 };
 /// The entries of the zip at `path` (empty when it does not parse as a zip), without reading any.
 std::vector<ZipEntry> zip_entries(const std::string& path);
+/// Test seam for asynchronous saves: called by ArchiveWriter::write_deferred before each tensor it
+/// writes (on the writing thread) with the file's path, the tensors written so far and their
+/// total. A hook that throws fails that write; an empty function removes it. Thread-safe.
+/// Frees the host copies deferred writes keep for the next save (tensor_archive.cpp, [Note: reused
+/// copies]). AsyncCheckpointIO calls it when it is done. Thread-safe.
+void release_deferred_buffers();
+void set_deferred_write_hook(std::function<void(const std::string& path, int64_t written, int64_t total)> hook);
 }  // namespace detail
 
 }  // namespace volt

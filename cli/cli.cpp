@@ -8,15 +8,22 @@
 #include <iostream>
 #include <optional>
 
+#include "volt/callbacks/backbone_finetuning.h"
 #include "volt/callbacks/device_stats_monitor.h"
 #include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/ema_weight_averaging.h"
+#include "volt/callbacks/gradient_accumulation_scheduler.h"
+#include "volt/callbacks/lr_finder.h"
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/model_summary.h"
+#include "volt/callbacks/on_exception_checkpoint.h"
 #include "volt/callbacks/prediction_writer.h"
 #include "volt/callbacks/progress_bar.h"
+#include "volt/callbacks/stochastic_weight_averaging.h"
 #include "volt/callbacks/throughput_monitor.h"
 #include "volt/callbacks/timer.h"
+#include "volt/callbacks/weight_averaging.h"
 #include "volt/cli/args.h"
 #include "volt/cli/class_section.h"
 #include "volt/cli/cli_help.h"
@@ -134,7 +141,7 @@ CLI::CLI() {
   add_callback<EarlyStoppingOptions>("EarlyStopping",
                                      [](const EarlyStoppingOptions& o) { return std::make_shared<EarlyStopping>(o); });
   add_callback<LearningRateMonitorOptions>("LearningRateMonitor", [](const LearningRateMonitorOptions& o) {
-    return std::make_shared<LearningRateMonitor>(o.logging_interval);
+    return std::make_shared<LearningRateMonitor>(o);
   });
   add_callback<ThroughputMonitorOptions>(
       "ThroughputMonitor", [](const ThroughputMonitorOptions& o) { return std::make_shared<ThroughputMonitor>(o); });
@@ -147,6 +154,13 @@ CLI::CLI() {
       "ModelSummary", [](const ModelSummaryOptions& o) { return std::make_shared<ModelSummary>(o.max_depth); });
   add_callback<PredictionWriterOptions>(
       "PredictionWriter", [](const PredictionWriterOptions& o) { return std::make_shared<PredictionWriter>(o); });
+  add_callback<GradientAccumulationScheduler>("GradientAccumulationScheduler");
+  add_callback<BackboneFinetuning>("BackboneFinetuning");
+  add_callback<LearningRateFinder>("LearningRateFinder");
+  add_callback<OnExceptionCheckpoint>("OnExceptionCheckpoint");
+  add_callback<WeightAveraging>("WeightAveraging");
+  add_callback<EMAWeightAveraging>("EMAWeightAveraging");
+  add_callback<StochasticWeightAveraging>("StochasticWeightAveraging");
 }
 
 CLI::~CLI() = default;
@@ -347,7 +361,7 @@ int CLI::run(const cli::Command& command) {
   }
   // trainer.max_restarts: this process becomes the node's restart agent and trains nothing itself.
   if (stage == "fit")
-    if (auto code = run_elastic(r.trainer.max_restarts, r.trainer.devices, r.trainer.num_nodes)) return *code;
+    if (auto code = run_elastic(r.trainer.max_restarts, trainer.options().devices, r.trainer.num_nodes)) return *code;
   if (r.trainer.seed) torch::manual_seed(static_cast<uint64_t>(*r.trainer.seed));
 
   std::shared_ptr<LightningDataModule> data = r.data->make(r.data_args, r.data_prefix);

@@ -195,6 +195,16 @@ class CLI {
   /// `--help` text: "" for the program, else a subcommand's (every key with type and default).
   std::string help(const std::string& subcommand = "") const;
 
+  /// Lightning's `Model.load_from_checkpoint(path, **overrides)` through the registered model
+  /// classes (cli/load_from_checkpoint.h): the class the checkpoint's saved config names in
+  /// model.class_path (or `class_name`, a registered name, for a checkpoint without that config;
+  /// one that names another class is a ConfigError), built from the saved init args with
+  /// `overrides` (a map of init args) winning, then configure_model() and the weights; returned in
+  /// eval mode on the CPU. Errors as load_from_checkpoint<Model>'s.
+  std::shared_ptr<LightningModule> load_from_checkpoint(const std::string& path,
+                                                        const YAML::Node& overrides = YAML::Node(),
+                                                        const std::string& class_name = "") const;
+
  private:
   struct Resolved;
   struct LinkSpec {

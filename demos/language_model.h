@@ -31,6 +31,8 @@ struct LanguageModelOptions : TransformerOptions {
 
 class LanguageModel : public LightningModule {
  public:
+  using Options = LanguageModelOptions;
+
   explicit LanguageModel(LanguageModelOptions options = {});
 
   /// Builds the Transformer (registered as "model") unless it exists already.

@@ -86,6 +86,47 @@ void LightningModule::log_dict(const std::map<std::string, double>& values, LogO
   for (const auto& [name, value] : values) log(name, value, options);
 }
 
+void LightningModule::optimizer_step(int64_t, int64_t, LightningOptimizer& optimizer,
+                                     const std::function<void()>& optimizer_closure) {
+  optimizer.step(optimizer_closure);
+}
+
+void LightningModule::optimizer_zero_grad(int64_t, int64_t, LightningOptimizer& optimizer) { optimizer.zero_grad(); }
+
+void LightningModule::configure_gradient_clipping(LightningOptimizer& optimizer, std::optional<double> value,
+                                                  GradientClipAlgorithm algorithm) {
+  if (value && *value > 0) clip_gradients(optimizer, *value, algorithm);
+}
+
+void LightningModule::lr_scheduler_step(LRScheduler& scheduler, std::optional<double> metric) {
+  if (metric)
+    scheduler.step(*metric);
+  else
+    scheduler.step();
+}
+
+Batch LightningModule::transfer_batch_to_device(Batch batch, const torch::Device& device, int64_t) {
+  if (device.is_cpu()) return batch;
+  // Pinned host memory lets the copy run asynchronously.
+  return batch.map([&](const torch::Tensor& t) { return t.to(device, /*non_blocking=*/t.is_pinned()); });
+}
+
+void LightningModule::freeze() {
+  for (auto& p : parameters()) p.requires_grad_(false);
+  eval();
+}
+
+void LightningModule::unfreeze() {
+  for (auto& p : parameters()) p.requires_grad_(true);
+  train();
+}
+
+torch::Tensor LightningModule::all_gather(const torch::Tensor& tensor, bool sync_grads) {
+  VOLT_CHECK(tensor.defined(), ConfigError, "all_gather: the tensor is undefined");
+  if (!host_) return tensor.unsqueeze(0);
+  return host_->all_gather(tensor, sync_grads);
+}
+
 void LightningModule::wrap_module(torch::nn::Module& module) {
   VOLT_CHECK(is_hooked(module), ConfigError, "wrap(): '", module.name(),
              "' is not a volt::HookedModule, so no strategy can act around its forward; wrap it as "

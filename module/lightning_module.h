@@ -8,9 +8,14 @@
 #include <torch/nn/module.h>
 #include <yaml-cpp/yaml.h>
 
+#include <functional>
+#include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "volt/core/choice.h"
 #include "volt/module/data.h"
@@ -20,6 +25,7 @@
 namespace volt {
 
 class Trainer;
+class Callback;
 
 /// How log() reduces a name's values over an epoch (Lightning's reduce_fx): "mean" (weighted by
 /// batch size), "sum", "max", "min". "avg" is accepted for "mean", and case is ignored.
@@ -62,9 +68,15 @@ struct LogOptions {
   bool rank_zero_only = false;
 };
 
-/// A checkpoint as the hooks see it: metadata (YAML) the module or callbacks may extend.
+/// A checkpoint as the hooks see it: metadata (YAML) and tensors the module or callbacks may add in
+/// on_save_checkpoint and read back in on_load_checkpoint (Lightning's checkpoint dict).
 struct CheckpointMeta {
   YAML::Node extra;  // on_save_checkpoint writes here; on_load_checkpoint reads it back
+  /// This rank's tensors (averaged weights, buffers, counters). Every rank must add the same names
+  /// with the same shapes and dtypes: the checkpoint keeps each rank's, as it keeps the RNG states,
+  /// and on load each rank gets its own back (none, with a warning, from a checkpoint written by
+  /// another number of ranks). Prefix names with the owner (e.g. a callback's state_key()).
+  std::map<std::string, torch::Tensor> tensors;
 };
 
 /// Where LightningModule::log sends its values: the Trainer's metrics while a call runs. An
@@ -73,6 +85,17 @@ class LogSink {
  public:
   virtual ~LogSink() = default;
   virtual void log_metric(const std::string& name, const torch::Tensor& value, const LogOptions& options) = 0;
+};
+
+/// What the module asks of the running Trainer besides logging and wrapping: collectives and the
+/// rank. An interface so that the module layer does not depend on the Trainer.
+class ModuleHost {
+ public:
+  virtual ~ModuleHost() = default;
+  /// `tensor` of every rank stacked on a new first dimension (world size first), on this rank's
+  /// device; with sync_grads the result is differentiable with respect to this rank's slice.
+  virtual torch::Tensor all_gather(const torch::Tensor& tensor, bool sync_grads) = 0;
+  virtual int64_t global_rank() const = 0;
 };
 
 /// Where LightningModule::wrap sends a completed module: the running strategy's wrap (the Trainer
@@ -149,6 +172,46 @@ class LightningModule : public torch::nn::Module {
   virtual Batch predict_step(const Batch& batch, int64_t batch_idx);
   virtual Batch predict_step(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
 
+  // ---- optimization hooks (automatic optimization; Lightning's names and order) ----------------
+  /// Steps `optimizer` at the end of an accumulation window. The default calls
+  /// optimizer.step(optimizer_closure); an override may change the learning rate first (warm-up),
+  /// or skip the step by not calling step(). The closure runs on_before_optimizer_step and
+  /// configure_gradient_clipping after the strategy unscaled the gradients (16-mixed): call it
+  /// through step(), never alone. `epoch` and `batch_idx` are the current epoch and batch.
+  /// Trainer::global_step counts the window whether or not the override stepped.
+  virtual void optimizer_step(int64_t epoch, int64_t batch_idx, LightningOptimizer& optimizer,
+                              const std::function<void()>& optimizer_closure);
+  /// Clears the gradients after the step; the default calls optimizer.zero_grad().
+  virtual void optimizer_zero_grad(int64_t epoch, int64_t batch_idx, LightningOptimizer& optimizer);
+  /// Clips the gradients before the step, with trainer.gradient_clip_val / gradient_clip_algorithm
+  /// (unset: no clipping). The default calls clip_gradients(optimizer, val, algorithm) when a value
+  /// is set; an override may clip otherwise (call clip_gradients with its own values).
+  virtual void configure_gradient_clipping(LightningOptimizer& optimizer, std::optional<double> gradient_clip_val,
+                                           GradientClipAlgorithm gradient_clip_algorithm);
+  /// Steps a scheduler when its interval and frequency say so; `metric` is the monitored value of a
+  /// scheduler that needs one (ReduceLROnPlateau). The default calls scheduler.step(metric) or step().
+  virtual void lr_scheduler_step(LRScheduler& scheduler, std::optional<double> metric);
+  virtual void on_before_zero_grad(torch::optim::Optimizer& optimizer) {}
+
+  // ---- data (Lightning's names) ---------------------------------------------------------
+  /// Runs on global rank 0 only, before setup(), the other ranks waiting (download, tokenize).
+  virtual void prepare_data() {}
+  /// At the start of fit / validate / test / predict ("fit", "validate", "test", "predict"), on
+  /// every rank, before configure_model().
+  virtual void setup(const std::string& stage) {}
+  /// At the end of the call, after the loops.
+  virtual void teardown(const std::string& stage) {}
+  /// The batch as the loader gave it, on the host, before it moves to the device.
+  virtual Batch on_before_batch_transfer(Batch batch, int64_t dataloader_idx) { return batch; }
+  /// Moves `batch` to `device`; the default moves every tensor (asynchronously when pinned).
+  virtual Batch transfer_batch_to_device(Batch batch, const torch::Device& device, int64_t dataloader_idx);
+  /// The batch on the device, before the step and its batch-start hooks see it.
+  virtual Batch on_after_batch_transfer(Batch batch, int64_t dataloader_idx) { return batch; }
+  /// Callbacks the module brings: added to the Trainer's at the start of fit / validate / test /
+  /// predict; one of the same type as a Trainer callback replaces it (Lightning's rule), and
+  /// checkpoint callbacks run last.
+  virtual std::vector<std::shared_ptr<Callback>> configure_callbacks() { return {}; }
+
   // ---- lifecycle hooks (Lightning's names) ------------------------------------------------
   virtual void on_fit_start() {}
   virtual void on_fit_end() {}
@@ -156,19 +219,57 @@ class LightningModule : public torch::nn::Module {
   virtual void on_train_end() {}
   virtual void on_train_epoch_start() {}
   virtual void on_train_epoch_end() {}
-  virtual void on_train_batch_start(const Batch& batch, int64_t batch_idx) {}
+  /// Return -1 to end the epoch here (this batch does not train), as Lightning.
+  virtual int on_train_batch_start(const Batch& batch, int64_t batch_idx) { return 0; }
   virtual void on_train_batch_end(const torch::Tensor& loss, const Batch& batch, int64_t batch_idx) {}
+  virtual void on_validation_start() {}
+  virtual void on_validation_end() {}
   virtual void on_validation_epoch_start() {}
   virtual void on_validation_epoch_end() {}
+  virtual void on_validation_batch_start(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
+  virtual void on_validation_batch_end(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
+  /// The model's mode around validation: eval() before, train() after (Lightning's defaults).
+  virtual void on_validation_model_eval() { eval(); }
+  virtual void on_validation_model_train() { train(); }
+  virtual void on_test_start() {}
+  virtual void on_test_end() {}
+  virtual void on_test_epoch_start() {}
   virtual void on_test_epoch_end() {}
+  virtual void on_test_batch_start(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
+  virtual void on_test_batch_end(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
   virtual void on_predict_start() {}
+  virtual void on_predict_epoch_start() {}
+  virtual void on_predict_batch_start(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
+  virtual void on_predict_batch_end(const Batch& outputs, const Batch& batch, int64_t batch_idx,
+                                    int64_t dataloader_idx) {}
   virtual void on_predict_epoch_end() {}
   virtual void on_predict_end() {}
   virtual void on_before_backward(const torch::Tensor& loss) {}
   virtual void on_after_backward() {}
   virtual void on_before_optimizer_step(torch::optim::Optimizer& optimizer) {}
+  /// Add YAML to checkpoint.extra and tensors to checkpoint.tensors; they come back in
+  /// on_load_checkpoint (after the weights and every other state are restored).
   virtual void on_save_checkpoint(CheckpointMeta& checkpoint) {}
   virtual void on_load_checkpoint(const CheckpointMeta& checkpoint) {}
+
+  // ---- utilities (Lightning's names) -----------------------------------------------------
+  /// Every parameter stops requiring gradients and the module goes to eval mode.
+  void freeze();
+  /// Every parameter requires gradients again and the module goes to train mode.
+  void unfreeze();
+  /// `tensor` of every rank stacked on a new first dimension (size world_size, rank order); outside
+  /// a Trainer or on one process, tensor.unsqueeze(0). Collective: every rank must call it with the
+  /// same shape and dtype. With sync_grads the gradient flows back to this rank's slice.
+  torch::Tensor all_gather(const torch::Tensor& tensor, bool sync_grads = false);
+  /// Writes its arguments (as operator<< would) and a newline to stdout on global rank 0 only
+  /// (everywhere outside a Trainer), as Lightning's self.print.
+  template <class... Args>
+  void print(const Args&... args) const {
+    if (host_ && host_->global_rank() != 0) return;
+    std::ostringstream os;
+    (os << ... << args);
+    std::cout << os.str() << std::endl;
+  }
 
   /// Hyper-parameters saved in checkpoints and in the logger's hparams.yaml.
   virtual YAML::Node hparams() const { return YAML::Node(YAML::NodeType::Map); }
@@ -189,12 +290,14 @@ class LightningModule : public torch::nn::Module {
 
   /// The trainer running this module, or nullptr outside fit/validate/test.
   Trainer* trainer() const { return trainer_; }
-  /// Attaches the module to a running Trainer (`trainer`, `sink` and `wrap_host` non-owning, all
-  /// null to detach). Without a wrap host, wrap() checks its module and returns it unchanged.
-  void attach(Trainer* trainer, LogSink* sink, WrapHost* wrap_host = nullptr) {
+  /// Attaches the module to a running Trainer (`trainer`, `sink`, `wrap_host` and `host`
+  /// non-owning, all null to detach). Without a wrap host, wrap() checks its module and returns it
+  /// unchanged; without a host, all_gather() and print() act as on one process.
+  void attach(Trainer* trainer, LogSink* sink, WrapHost* wrap_host = nullptr, ModuleHost* host = nullptr) {
     trainer_ = trainer;
     log_sink_ = sink;
     wrap_host_ = wrap_host;
+    host_ = host;
   }
   /// Hands the module its optimizers for manual optimization (non-owning; empty to detach).
   void attach_optimizers(std::vector<LightningOptimizer*> optimizers, std::vector<LRScheduler*> schedulers) {
@@ -206,6 +309,7 @@ class LightningModule : public torch::nn::Module {
   Trainer* trainer_ = nullptr;
   LogSink* log_sink_ = nullptr;
   WrapHost* wrap_host_ = nullptr;
+  ModuleHost* host_ = nullptr;
   std::vector<LightningOptimizer*> optimizers_;
   std::vector<LRScheduler*> schedulers_;
   LightningOptimizer& checked(LightningOptimizer& optimizer, const char* what) const;

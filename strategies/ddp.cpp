@@ -14,6 +14,13 @@
 namespace volt {
 
 namespace {
+/// A parameter frozen after the buckets were built (requires_grad false, e.g. by LightningModule::freeze)
+/// gets no gradient by design: it is neither waited for nor reported unused, and its gradient is left
+/// alone; once it requires grad again it is averaged as before.
+template <class SlotT>
+bool frozen(const SlotT& s) {
+  return !s.param.requires_grad();
+}
 
 /// True when `grad` is exactly the bucket view (not merely another tensor over the same storage).
 bool is_view_of(const torch::Tensor& grad, const torch::Tensor& view) {
@@ -50,6 +57,20 @@ DDPStrategy::~DDPStrategy() { alive_.reset(); }
 void DDPStrategy::setup_module(LightningModule& module) {
   Strategy::setup_module(module);
   broadcast_module(module);
+  build_buckets(module);
+  spdlog::info("DDP: {} parameters in {} bucket(s) of <= {} MB{}{}{}", slots_.size(), buckets_.size(),
+               options_.bucket_cap_mb, options_.find_unused_parameters ? ", find_unused_parameters" : "",
+               options_.static_graph ? ", static_graph" : "",
+               options_.gradient_as_bucket_view ? ", gradient_as_bucket_view" : "");
+}
+
+bool DDPStrategy::trainable_set_grew(LightningModule& module) const {
+  for (const auto& p : module.parameters())
+    if (p.requires_grad() && !slot_of_.count(p.unsafeGetTensorImpl())) return true;
+  return false;
+}
+
+void DDPStrategy::build_buckets(LightningModule& module) {
   // Buckets in reverse registration order: the last layers' gradients are ready first. A shared
   // (tied) parameter is one slot.
   std::vector<std::pair<std::string, torch::Tensor>> params;
@@ -61,6 +82,7 @@ void DDPStrategy::setup_module(LightningModule& module) {
   const int64_t cap = static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024);
   slots_.clear();
   buckets_.clear();
+  slot_of_.clear();
   int64_t bytes = 0;
   for (auto& [name, p] : params) {
     const int64_t b = p.numel() * p.element_size();
@@ -76,6 +98,7 @@ void DDPStrategy::setup_module(LightningModule& module) {
     s.offset = buckets_.back().numel;
     buckets_.back().slots.push_back(slots_.size());
     buckets_.back().numel += p.numel();
+    slot_of_.emplace(p.unsafeGetTensorImpl(), slots_.size());
     slots_.push_back(std::move(s));
     bytes += b;
   }
@@ -99,18 +122,18 @@ void DDPStrategy::setup_module(LightningModule& module) {
       }
     }
   }
-  if (hooks_installed_) return;
-  for (size_t s = 0; s < slots_.size(); ++s) {
+  // One hook per parameter for the strategy's life; it finds the parameter's slot of the current
+  // buckets (none while it is left out).
+  for (const auto& sl : slots_) {
+    const c10::TensorImpl* key = sl.param.unsafeGetTensorImpl();
+    if (!hooked_.insert(key).second) continue;
     std::weak_ptr<bool> alive = alive_;
-    accumulators_.push_back(detail::add_grad_ready_hook(slots_[s].param, [this, s, alive] {
-      if (!alive.expired()) on_grad_ready(s);
+    accumulators_.push_back(detail::add_grad_ready_hook(sl.param, [this, key, alive] {
+      if (alive.expired()) return;
+      auto it = slot_of_.find(key);
+      if (it != slot_of_.end()) on_grad_ready(it->second);
     }));
   }
-  hooks_installed_ = true;
-  spdlog::info("DDP: {} parameters in {} bucket(s) of <= {} MB{}{}{}", params.size(), buckets_.size(),
-               options_.bucket_cap_mb, options_.find_unused_parameters ? ", find_unused_parameters" : "",
-               options_.static_graph ? ", static_graph" : "",
-               options_.gradient_as_bucket_view ? ", gradient_as_bucket_view" : "");
 }
 
 std::vector<torch::Tensor> DDPStrategy::bucket_tensors() const {
@@ -161,7 +184,7 @@ torch::Tensor DDPStrategy::local_flags() const {
   bool problem = false;
   for (int64_t i = 0; i < n; ++i) {
     const Slot& s = slots_[i];
-    const bool bad = static_learned() ? s.used != s.expected : !s.used;
+    const bool bad = !frozen(s) && (static_learned() ? s.used != s.expected : !s.used);
     if (want_used) {
       a[i] = s.used ? 1.f : 0.f;
     } else {
@@ -209,6 +232,13 @@ void DDPStrategy::launch(size_t bi) {
 }
 
 void DDPStrategy::run_backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) {
+  // A parameter frozen when the buckets were built and trainable since (BaseFinetuning's unfreeze):
+  // every rank rebuilds its buckets the same way before this backward.
+  if (trainable_set_grew(module)) {
+    build_buckets(module);
+    spdlog::info("DDP: the trainable parameters changed: {} parameters in {} bucket(s) now", slots_.size(),
+                 buckets_.size());
+  }
   if (!(sync_gradients && world_size() > 1) || buckets_.empty()) {
     loss.backward();  // the hooks only note which parameters got a gradient
     return;
@@ -217,7 +247,7 @@ void DDPStrategy::run_backward(LightningModule& module, const torch::Tensor& los
   for (auto& b : buckets_) {
     b.launched = false;
     b.pending = 0;
-    for (size_t s : b.slots) b.pending += slots_[s].expected ? 1 : 0;
+    for (size_t s : b.slots) b.pending += slots_[s].expected && !frozen(slots_[s]) ? 1 : 0;
   }
   next_bucket_ = 0;
   sync_ = true;
@@ -255,7 +285,7 @@ void DDPStrategy::finish_sync() {
     else if (static_learned())
       global_used[i] = static_global_used_[i];
     if (!used_mode && a[i] > 0.f) bad.push_back(s.name);
-    if (!used_mode && (static_learned() ? s.used != s.expected : !s.used)) mine.push_back(s.name);
+    if (!used_mode && !frozen(s) && (static_learned() ? s.used != s.expected : !s.used)) mine.push_back(s.name);
   }
   for (int64_t r = 0; r < world_size(); ++r)
     if (a[n + r] > 0.f) bad_ranks.push_back(r);
@@ -290,7 +320,7 @@ void DDPStrategy::finish_sync() {
   for (int64_t i = 0; i < n; ++i) {
     Slot& s = slots_[i];
     s.used = false;
-    if (!global_used[i]) continue;  // unused on every rank: its gradient stays as it was
+    if (!global_used[i] || frozen(s)) continue;  // unused on every rank, or frozen: its gradient stays as it was
     torch::Tensor& g = s.param.mutable_grad();
     if (options_.gradient_as_bucket_view) {
       if (!is_view_of(g, s.view)) g = s.view;
@@ -314,7 +344,8 @@ void DDPStrategy::teardown(LightningModule& module) {
   static_learned_ = false;
   alive_ = std::make_shared<bool>(true);  // hooks installed so far become no-ops
   accumulators_.clear();
-  hooks_installed_ = false;
+  hooked_.clear();
+  slot_of_.clear();
   Strategy::teardown(module);
 }
 

@@ -13,11 +13,16 @@
 ///   (TrainingError naming the parameter); buckets of parameters known unused are sent at once.
 /// - gradient_as_bucket_view true: parameters' .grad are views into the persistent bucket tensors,
 ///   so the gradients are not held a second time while they are reduced.
+/// The buckets hold the parameters that require grad when the module is set up; one frozen since
+/// is skipped (no gradient expected); one trainable since (a finetuning callback's unfreeze) makes
+/// every rank rebuild its buckets before the next backward.
 /// Which parameters got a gradient travels in a few extra elements of the last bucket: no collective
 /// of its own, and every rank reaches the same decision before any of them throws.
 /// Thread-safety: as Strategy (the hooks run on the thread that calls backward).
 #include <memory>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "volt/strategies/parallel_strategy.h"
@@ -66,6 +71,10 @@ class DDPStrategy : public ParallelStrategy {
     bool launched = false;
     CollectiveWork work;
   };
+  /// Slots and buckets for the parameters that require grad now; hooks on the ones new to it.
+  void build_buckets(LightningModule& module);
+  /// Whether a parameter requires grad that has no slot (frozen when the buckets were built).
+  bool trainable_set_grew(LightningModule& module) const;
   void on_grad_ready(size_t slot);
   /// Launches, in bucket order, every bucket whose gradients are all ready (never the last one:
   /// it goes after backward, with the used flags).
@@ -84,8 +93,9 @@ class DDPStrategy : public ParallelStrategy {
   bool static_learned_ = false;
   size_t next_bucket_ = 0;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep hooks alive
+  std::set<const c10::TensorImpl*> hooked_;                           // parameters with a hook
+  std::unordered_map<const c10::TensorImpl*, size_t> slot_of_;        // parameter -> its slot now
   bool sync_ = false;
-  bool hooks_installed_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // hooks hold it weakly
 };
 

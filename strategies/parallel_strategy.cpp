@@ -116,6 +116,11 @@ torch::Tensor ParallelStrategy::all_reduce(const torch::Tensor& t, ReduceOp op) 
   return c;
 }
 
+std::vector<torch::Tensor> ParallelStrategy::all_gather_list(const torch::Tensor& t) {
+  if (world_size() == 1) return {t};
+  return process_group().all_gather_list(t.contiguous());
+}
+
 torch::Tensor ParallelStrategy::broadcast(const torch::Tensor& t, int64_t src) {
   torch::Tensor c = t.detach().clone();
   process_group().broadcast(c, src);

@@ -23,6 +23,7 @@ class ParallelStrategy : public Strategy {
   void setup_dataloader(DataLoader& loader, bool pad = true) override;
   torch::Tensor all_reduce(const torch::Tensor& t, ReduceOp op) override;
   torch::Tensor broadcast(const torch::Tensor& t, int64_t src) override;
+  std::vector<torch::Tensor> all_gather_list(const torch::Tensor& t) override;
   void barrier(const std::string& name) override;
   /// Throws DistributedError naming the rank if a launched rank (rank 0 of a self-launched job) has
   /// failed; does not wait. The launcher waits for its ranks when the strategy is destroyed.

@@ -46,42 +46,62 @@ void Strategy::set_activation_checkpointing(ModulePolicy policy, std::string con
   ac_key_ = std::move(config_key);
 }
 
-Batch Strategy::batch_to_device(const Batch& batch) const {
-  const torch::Device dev = root_device();
+Batch Strategy::batch_to_device(LightningModule& module, const Batch& batch, int64_t dataloader_idx) const {
+  Batch b = module.on_before_batch_transfer(batch, dataloader_idx);
+  b = module.transfer_batch_to_device(std::move(b), root_device(), dataloader_idx);
+  b = module.on_after_batch_transfer(std::move(b), dataloader_idx);
   // Under a 16-bit "-true" precision floating inputs take the model's dtype, as Lightning's
   // HalfPrecision.convert_input does (token ids and other integers are left alone).
   const at::ScalarType p = precision_.param_dtype();
-  const bool cast = p == at::kBFloat16 || p == at::kHalf;
-  if (dev.is_cpu() && !cast) return batch;
-  // Every tensor, named and nested too. Pinned host memory lets the copy run asynchronously.
-  return batch.map([&](const torch::Tensor& t) {
-    torch::Tensor x = dev.is_cpu() ? t : t.to(dev, /*non_blocking=*/t.is_pinned());
-    return cast && x.is_floating_point() ? x.to(p) : x;
-  });
+  if (p != at::kBFloat16 && p != at::kHalf) return b;
+  return b.map([&](const torch::Tensor& t) { return t.is_floating_point() ? t.to(p) : t; });
+}
+
+namespace {
+/// all_gather with a backward: each rank's input gets the sum over ranks of its slice's gradient.
+struct AllGatherFunction : torch::autograd::Function<AllGatherFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& t, int64_t strategy) {
+    auto* s = reinterpret_cast<Strategy*>(strategy);
+    ctx->saved_data["strategy"] = strategy;
+    return torch::stack(s->all_gather_list(t.detach()));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* s = reinterpret_cast<Strategy*>(ctx->saved_data["strategy"].toInt());
+    torch::Tensor summed = s->all_reduce(grads[0].contiguous(), ReduceOp::Sum);
+    return {summed[s->global_rank()], torch::Tensor()};
+  }
+};
+}  // namespace
+
+torch::Tensor Strategy::all_gather(const torch::Tensor& t, bool sync_grads) {
+  if (sync_grads && t.requires_grad()) return AllGatherFunction::apply(t.contiguous(), reinterpret_cast<int64_t>(this));
+  torch::NoGradGuard ng;
+  return torch::stack(all_gather_list(t.detach().contiguous()));
 }
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
   auto scope = profile(profiler_, "training_step");
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
-  return module.training_step(batch_to_device(batch), batch_idx);
+  return module.training_step(batch, batch_idx);
 }
 
 void Strategy::validation_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
   auto scope = profile(profiler_, "validation_step");
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
-  module.validation_step(batch_to_device(batch), batch_idx, dataloader_idx);
+  module.validation_step(batch, batch_idx, dataloader_idx);
 }
 
 void Strategy::test_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
   auto scope = profile(profiler_, "test_step");
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
-  module.test_step(batch_to_device(batch), batch_idx, dataloader_idx);
+  module.test_step(batch, batch_idx, dataloader_idx);
 }
 
 Batch Strategy::predict_step(LightningModule& module, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
   auto scope = profile(profiler_, "predict_step");
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
-  return module.predict_step(batch_to_device(batch), batch_idx, dataloader_idx);
+  return module.predict_step(batch, batch_idx, dataloader_idx);
 }
 
 void Strategy::backward(LightningModule& module, const torch::Tensor& loss, bool sync_gradients) {

@@ -59,10 +59,13 @@ class Strategy {
   virtual int64_t world_size() const { return 1; }
   bool is_global_zero() const { return global_rank() == 0; }
   torch::Device root_device() const;
-  /// The batch on root_device() (a copy unless already there; asynchronous from pinned memory),
-  /// with floating tensors cast to the parameter dtype under "bf16-true"/"16-true" (Lightning's
-  /// convert_input); integer tensors such as token ids are left alone.
-  Batch batch_to_device(const Batch& batch) const;
+  /// The batch as the steps see it (Lightning's batch transfer): the module's
+  /// on_before_batch_transfer, transfer_batch_to_device to root_device() and
+  /// on_after_batch_transfer, then floating tensors cast to the parameter dtype under
+  /// "bf16-true"/"16-true" (Lightning's convert_input; integer tensors such as token ids are left
+  /// alone). The loops call it once per batch, before the batch-start hooks; the *_step functions
+  /// below take its result.
+  Batch batch_to_device(LightningModule& module, const Batch& batch, int64_t dataloader_idx) const;
   const Precision& precision() const { return precision_; }
   /// The precision's state (the loss scaler of "16-mixed"), for checkpoints.
   Precision& precision() { return precision_; }
@@ -134,6 +137,12 @@ class Strategy {
   // ---- collectives (identity on one process) -------------------------------------------------
   virtual torch::Tensor all_reduce(const torch::Tensor& t, ReduceOp op = ReduceOp::Mean) { return t; }
   virtual torch::Tensor broadcast(const torch::Tensor& t, int64_t src = 0) { return t; }
+  /// `t` of every rank stacked on a new first dimension, in rank order (every rank passes the same
+  /// shape and dtype). With sync_grads the result is differentiable: this rank's input receives the
+  /// sum over ranks of the gradients of its slice (torch.distributed.nn's all_gather).
+  torch::Tensor all_gather(const torch::Tensor& t, bool sync_grads = false);
+  /// Every rank's `t`, in rank order (identity on one process).
+  virtual std::vector<torch::Tensor> all_gather_list(const torch::Tensor& t) { return {t}; }
   virtual void barrier(const std::string& name = "") {}
   /// True on every rank if `decision` is true on all (all=true) or on any (all=false) rank.
   bool reduce_boolean_decision(bool decision, bool all = true);

@@ -1,13 +1,17 @@
 // CheckpointConnector: checkpoint header, save, "last" resolution and restore over the Statefuls.
 #include "volt/trainer/checkpoint_connector.h"
 
+#include <c10/util/Type.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <map>
+#include <typeinfo>
 
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/checkpoint/async_checkpoint_io.h"
 #include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/optimizer_hparams.h"
 #include "volt/checkpoint/rng_state.h"
@@ -29,6 +33,28 @@ YAML::Node lookup(const YAML::Node& meta, const std::string& section, const std:
   const YAML::Node s = meta[section];
   if (!s || name.empty()) return s;
   return s[name];
+}
+
+/// This rank's on_save_checkpoint tensors ("rank<r>.<name>" -> "<name>"); none, with a warning on
+/// rank 0, from a checkpoint written by another number of ranks (whose ranks' tensors would not be
+/// this rank's).
+std::map<std::string, torch::Tensor> rank_extra_tensors(const CheckpointReader& ck, int64_t rank, int64_t world,
+                                                        bool global_zero) {
+  std::map<std::string, torch::Tensor> out;
+  const std::vector<std::string> names = ck.names(kExtraTensorSection);
+  if (names.empty()) return out;
+  if (ck.world_size() != world) {
+    if (global_zero)
+      spdlog::warn(
+          "Checkpoint {} was written by {} rank(s), this run has {}: the tensors its on_save_checkpoint hooks added "
+          "are not restored (on_load_checkpoint gets none)",
+          ck.path(), ck.world_size(), world);
+    return out;
+  }
+  const std::string prefix = "rank" + std::to_string(rank) + ".";
+  for (const auto& n : names)
+    if (n.rfind(prefix, 0) == 0) out[n.substr(prefix.size())] = ck.read(kExtraTensorSection, n);
+  return out;
 }
 
 /// The loops' state to restore: meta["loops"] with the header's epoch and global_step (Lightning's
@@ -107,6 +133,8 @@ CheckpointConnector::CheckpointConnector(Trainer& trainer, const TrainerOptions&
       scheduler_state_(optimization),
       optimizer_hparams_(optimization) {}
 
+CheckpointConnector::~CheckpointConnector() = default;  // AsyncCheckpointIO's destructor joins its thread
+
 std::vector<CheckpointConnector::Entry> CheckpointConnector::entries() {
   std::vector<Entry> out;
   out.push_back({kLoopsKey, "", &fit_loop_, true});
@@ -175,6 +203,7 @@ std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path)
 
 void CheckpointConnector::restore(LightningModule& module, const std::string& ckpt_path, bool fitting) {
   auto scope = profile(strategy_.profiler(), "load_checkpoint");
+  if (async_) async_->wait();  // a checkpoint still being written (one this fit saved) is whole first
   const std::string path = resolve_ckpt_path(ckpt_path);
   spdlog::info("Restoring states from the checkpoint path at {}", path);
   // Every rank reads for itself (FSDP: only its own ranges); all agree before going on, so a rank
@@ -183,6 +212,11 @@ void CheckpointConnector::restore(LightningModule& module, const std::string& ck
   std::string error;
   try {
     reader = std::make_unique<CheckpointReader>(path);
+    // Lightning's order: the callbacks' states before the optimizer state, so that a callback that
+    // reshapes the optimizers (BaseFinetuning's param groups) has done so when that state loads.
+    if (fitting)
+      for (auto& c : callbacks_)
+        if (const YAML::Node state = lookup(reader->meta(), "callbacks", c->state_key())) c->load_state_dict(state);
     strategy_.load_checkpoint(module, optimization_.optimizer_list(), *reader);
   } catch (const std::exception& e) {
     error = e.what();
@@ -194,12 +228,14 @@ void CheckpointConnector::restore(LightningModule& module, const std::string& ck
   if (!optimization_.empty() && ck.names(kOptimizerSection).empty())
     spdlog::warn("Checkpoint {} has no optimizer state (saved with weights_only?): the optimizer starts fresh", path);
   for (const Entry& e : entries()) {
-    if (!fitting && e.section == "callbacks") continue;
+    if (e.section == "callbacks") continue;  // restored first (fitting only)
     const YAML::Node state = e.section == kLoopsKey ? loops_state(ck) : lookup(meta, e.section, e.name);
     if (state) e.state->load_state_dict(state);
   }
   restore_rng(ck);
-  CheckpointMeta cm{meta["extra"] ? YAML::Clone(meta["extra"]) : YAML::Node(YAML::NodeType::Map)};
+  CheckpointMeta cm;
+  cm.extra = meta["extra"] ? YAML::Clone(meta["extra"]) : YAML::Node(YAML::NodeType::Map);
+  cm.tensors = rank_extra_tensors(ck, strategy_.global_rank(), strategy_.world_size(), strategy_.is_global_zero());
   hooks_.on_load_checkpoint(module, cm);
 }
 
@@ -260,6 +296,8 @@ void CheckpointConnector::save(LightningModule& module, const std::string& path,
   header.meta["strategy"] = strategy_.name();
   header.meta["world_size"] = strategy_.world_size();
   header.meta["hyper_parameters"] = module.hparams();
+  // The C++ class, so that load_from_checkpoint<Model> can refuse another class's checkpoint.
+  header.meta["model_class"] = c10::demangle(typeid(module).name());
   if (datamodule_) header.meta["datamodule_hyper_parameters"] = datamodule_->hparams();
   if (config_ && !config_.IsNull()) header.meta["config"] = config_;
   for (const Entry& e : entries()) {
@@ -270,10 +308,42 @@ void CheckpointConnector::save(LightningModule& module, const std::string& path,
       header.meta[e.section][e.name] = e.state->state_dict();
   }
   if (!weights_only) header.rng_states = capture_rng_states(strategy_.root_device());
-  CheckpointMeta cm{YAML::Node(YAML::NodeType::Map)};
+  CheckpointMeta cm;
+  cm.extra = YAML::Node(YAML::NodeType::Map);
   hooks_.on_save_checkpoint(module, cm);
   header.meta["extra"] = cm.extra;
-  strategy_.save_checkpoint(module, weights_only ? OptimizerList{} : optimization_.optimizer_list(), header, path);
+  // Kept by weights_only saves too, as `extra`: the hooks run for every checkpoint.
+  header.extra_tensors = std::move(cm.tensors);
+  const OptimizerList optimizers = weights_only ? OptimizerList{} : optimization_.optimizer_list();
+  if (!async_) return strategy_.save_checkpoint(module, optimizers, header, path);
+  const CheckpointFormat format =
+      strategy_.checkpoint_format() == "sharded" ? CheckpointFormat::Sharded : CheckpointFormat::Full;
+  async_->save(strategy_.state_layout(module, optimizers), header, path, format, strategy_.state_comm());
+}
+
+void CheckpointConnector::begin_async_saves() {
+  const auto& p = options_.plugins;
+  if (std::find(p.begin(), p.end(), "AsyncCheckpointIO") != p.end() && !async_)
+    async_ = std::make_unique<AsyncCheckpointIO>();
+}
+
+void CheckpointConnector::wait_for_saves() {
+  if (!async_) return;
+  const std::unique_ptr<AsyncCheckpointIO> io = std::move(async_);  // synchronous again, even if this throws
+  io->wait();
+}
+
+void CheckpointConnector::abandon_saves() noexcept {
+  if (async_) async_->abandon();
+  async_.reset();
+}
+
+void CheckpointConnector::remove_checkpoint(const std::string& path) {
+  auto remove = [path] { detail::remove_tree(path); };
+  if (async_)
+    async_->after_save(remove);
+  else
+    remove();
 }
 
 }  // namespace volt

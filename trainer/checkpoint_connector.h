@@ -14,9 +14,13 @@
 ///   "datamodule"            the LightningDataModule given to fit (when there is one)
 /// RNG states are tensors, not YAML: they travel in the header's rng_states (one set per rank).
 ///
+/// With `trainer.plugins: [AsyncCheckpointIO]`, the saves of a running fit are asynchronous
+/// (checkpoint/async_checkpoint_io.h): save() returns once the state is copied aside, and the file
+/// is written while training goes on; the next save and the end of fit wait for it.
+///
 /// Ownership: borrows the Trainer (for "last" and the hooks), its options, Strategy, callbacks,
-/// hook dispatcher, fit loop, Optimization and config. Thread-safety: the training
-/// thread only; save and restore are collective (every rank calls them).
+/// hook dispatcher, fit loop, Optimization and config; owns the AsyncCheckpointIO. Thread-safety:
+/// the training thread only; save and restore are collective (every rank calls them).
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,11 +37,15 @@
 
 namespace volt {
 
+class AsyncCheckpointIO;
+
 class CheckpointConnector {
  public:
   CheckpointConnector(Trainer& trainer, const TrainerOptions& options, Strategy& strategy,
                       std::vector<std::shared_ptr<Callback>>& callbacks, HookDispatcher& hooks, FitLoop& fit_loop,
                       Optimization& optimization, const YAML::Node& config);
+  /// Waits for an asynchronous save still being written (this rank's thread only).
+  ~CheckpointConnector();
 
   /// `ckpt_path`; for "last" the last.ckpt a ModelCheckpoint wrote, for "best" the first
   /// ModelCheckpoint's best_model_path, as Lightning (CheckpointError if there is none).
@@ -54,6 +62,20 @@ class CheckpointConnector {
   void restore(LightningModule& module, const std::string& ckpt_path, bool fitting);
   /// Writes a checkpoint at `path`; weights_only leaves out the optimizer, callbacks, scaler and RNG.
   void save(LightningModule& module, const std::string& path, bool weights_only);
+  /// With the AsyncCheckpointIO plugin, makes the saves until wait_for_saves() or abandon_saves()
+  /// asynchronous (the Trainer calls it when fit starts); without it, a no-op.
+  void begin_async_saves();
+  /// Collective. Waits until the pending asynchronous save is complete on disk on every rank
+  /// (CheckpointError naming the file on every rank if its write failed), runs the removals
+  /// remove_checkpoint() deferred, and makes saves synchronous again. A no-op without one.
+  void wait_for_saves();
+  /// After an exception (no collective): waits for this rank's writing thread, completes what
+  /// needs no other rank (AsyncCheckpointIO::abandon) and makes saves synchronous again. Never throws.
+  void abandon_saves() noexcept;
+  /// Removes the checkpoint file or folder at `path` on this rank (call it on rank 0), once the
+  /// pending asynchronous save is complete: never before the checkpoint replacing it is whole.
+  /// At once when no save is pending.
+  void remove_checkpoint(const std::string& path);
   /// The data module of the running fit (nullptr: none), saved and restored under "datamodule".
   void set_datamodule(LightningDataModule* datamodule) { datamodule_ = datamodule; }
 
@@ -107,6 +129,7 @@ class CheckpointConnector {
   SchedulerState scheduler_state_;
   OptimizerHparamsState optimizer_hparams_;
   LightningDataModule* datamodule_ = nullptr;
+  std::unique_ptr<AsyncCheckpointIO> async_;  // set between begin_async_saves() and the wait
 };
 
 }  // namespace volt

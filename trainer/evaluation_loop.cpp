@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <csignal>
+#include <optional>
 
 #include "volt/core/errors.h"
 #include "volt/core/signals.h"
@@ -36,21 +37,48 @@ void check_stop(Strategy& strategy, int64_t batch) {
 }
 }  // namespace
 
+// [Note: inference mode]
+// trainer.inference_mode (Lightning's default true) runs evaluation under InferenceMode, which skips
+// autograd's version counters as well as the graph. Tensors created there can never be written
+// outside it, so the Trainer turns it off where evaluation creates state that training writes
+// later: FSDP's gathered-parameter buffers, and collectives on Gloo (Lightning too uses no_grad
+// with Gloo). Elsewhere a module that caches a tensor in its first forward should create it in the
+// constructor or in configure_model, or set inference_mode: false.
 void EvaluationLoop::run(LightningModule& module, const std::vector<DataLoader*>& loaders, RunningStage stage,
                          const BatchCount& count, const FitProgress& progress) {
   const RunningStage saved = stage_;
-  stage_ = stage;
+  const bool sanity = stage == RunningStage::Sanity;
+  stage_ = stage;  // trainer.sanity_checking() is true in on_sanity_check_start/end, as in Lightning
+  if (sanity) hooks_.on_sanity_check_start(module);
   auto scope = profile(strategy_.profiler(), stage == RunningStage::Test     ? "run_test"
                                              : stage == RunningStage::Sanity ? "run_sanity_check"
                                                                              : "run_validation");
   const bool was_training = module.is_training();
-  module.eval();
-  torch::NoGradGuard ng;
   const bool is_val = stage != RunningStage::Test;
+  if (is_val)
+    module.on_validation_model_eval();
+  else
+    module.eval();
+  std::optional<c10::InferenceMode> inference;
+  std::optional<torch::NoGradGuard> no_grad;
+  if (inference_mode_)
+    inference.emplace();
+  else
+    no_grad.emplace();
+  auto restore_mode = [&] {
+    if (!was_training) return;
+    if (is_val)
+      module.on_validation_model_train();
+    else
+      module.train();
+  };
   // Hooks run during the sanity check too (trainer.sanity_checking() tells), as in Lightning.
   if (is_val) {
     hooks_.on_validation_start(module);
     hooks_.on_validation_epoch_start(module);
+  } else {
+    hooks_.on_test_start(module);
+    hooks_.on_test_epoch_start(module);
   }
   const int64_t n = static_cast<int64_t>(loaders.size());
   for (int64_t d = 0; d < n; ++d) {
@@ -59,7 +87,7 @@ void EvaluationLoop::run(LightningModule& module, const std::vector<DataLoader*>
       run_loader(module, *loaders[d], d, is_val, count(*loaders[d]));
     } catch (const StopRequested& s) {
       metrics_.set_dataloader(0, 1);
-      if (was_training) module.train();
+      restore_mode();
       stage_ = saved;
       throw TrainingError(detail::str_cat(
           "stopped by ", s.signal == SIGINT ? "SIGINT" : "SIGTERM", " (received by rank ", s.rank, ") during ",
@@ -82,8 +110,12 @@ void EvaluationLoop::run(LightningModule& module, const std::vector<DataLoader*>
     metrics_.reset_epoch(Metrics::Loop::Eval);  // sanity-check metrics are never logged
   else
     metrics_.finish_epoch(Metrics::Loop::Eval, progress);
-  if (is_val) hooks_.on_validation_end(module);
-  if (was_training) module.train();
+  if (is_val)
+    hooks_.on_validation_end(module);
+  else
+    hooks_.on_test_end(module);
+  restore_mode();
+  if (sanity) hooks_.on_sanity_check_end(module);
   stage_ = saved;
 }
 
@@ -119,13 +151,20 @@ void EvaluationLoop::run_loader(LightningModule& module, DataLoader& loader, int
       }
     }
     if (!b) break;
-    metrics_.set_batch(*b);
+    const Batch db = strategy_.batch_to_device(module, *b, d);
+    metrics_.set_batch(db);
     metrics_.set_discard(stand_in);
+    if (!stand_in) {
+      if (is_val)
+        hooks_.on_validation_batch_start(module, db, i, d);
+      else
+        hooks_.on_test_batch_start(module, db, i, d);
+    }
     try {
       if (is_val)
-        strategy_.validation_step(module, *b, i, d);
+        strategy_.validation_step(module, db, i, d);
       else
-        strategy_.test_step(module, *b, i, d);
+        strategy_.test_step(module, db, i, d);
     } catch (const detail::HookNotImplemented& e) {
       metrics_.set_discard(false);
       throw ConfigError(std::string("a ") + (is_val ? "validation" : "test") +
@@ -136,7 +175,10 @@ void EvaluationLoop::run_loader(LightningModule& module, DataLoader& loader, int
     }
     metrics_.set_discard(false);
     if (stand_in) continue;
-    if (is_val) hooks_.on_validation_batch_end(module, *b, i);
+    if (is_val)
+      hooks_.on_validation_batch_end(module, db, i, d);
+    else
+      hooks_.on_test_batch_end(module, db, i, d);
     last = std::move(b);
   }
 }

@@ -35,6 +35,9 @@ class EvaluationLoop {
   /// module lacks the step the stage needs.
   void run(LightningModule& module, const std::vector<DataLoader*>& loaders, RunningStage stage,
            const BatchCount& count, const FitProgress& progress);
+  /// Run the epochs under InferenceMode (true) or NoGradGuard (false); see [Note: inference mode].
+  void set_inference_mode(bool on) { inference_mode_ = on; }
+  bool inference_mode() const { return inference_mode_; }
 
  private:
   void run_loader(LightningModule& module, DataLoader& loader, int64_t dataloader_idx, bool is_val,
@@ -45,6 +48,7 @@ class EvaluationLoop {
   Metrics& metrics_;
   DataConnector& data_;
   RunningStage& stage_;
+  bool inference_mode_ = false;
 };
 
 }  // namespace volt

@@ -44,14 +44,47 @@ void FitLoop::check_resume_position(const DataShape& saved, const std::string& r
              " (another block_size, data file or split?)", what_to_do);
 }
 
+bool FitLoop::min_reached() const {
+  const int64_t epochs_done = progress_.epoch + (progress_.epoch_done ? 1 : 0);
+  return (!options_.min_epochs || epochs_done >= *options_.min_epochs) &&
+         (!options_.min_steps || progress_.global_step >= *options_.min_steps);
+}
+
 bool FitLoop::done() const {
-  if (should_stop_) return true;
   if (options_.max_steps >= 0 && progress_.global_step >= options_.max_steps) return true;
+  if (!should_stop_) return false;
+  if (min_reached()) return true;
+  if (!min_warned_ && strategy_.is_global_zero()) {
+    spdlog::info(
+        "Trainer was signaled to stop but the required `min_epochs={}` or `min_steps={}` has not been met. Training "
+        "will continue...",
+        options_.min_epochs ? std::to_string(*options_.min_epochs) : "None",
+        options_.min_steps ? std::to_string(*options_.min_steps) : "None");
+  }
+  const_cast<FitLoop*>(this)->min_warned_ = true;
   return false;
 }
 
-void FitLoop::run(LightningModule& module, DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders) {
+void FitLoop::maybe_reload(DataLoader*& train_loader, std::vector<DataLoader*>& val_loaders) {
+  const int64_t n = options_.reload_dataloaders_every_n_epochs;
+  if (n <= 0 || !reload_ || progress_.epoch - loaded_epoch_ < n) return;
+  Loaders l = reload_();
+  train_loader = l.train;
+  val_loaders = std::move(l.val);
+  loaded_epoch_ = progress_.epoch;
+  num_training_batches_ = count_batches(options_.limit_train_batches, *train_loader, "trainer.limit_train_batches");
+  VOLT_CHECK(num_training_batches_ > 0, ConfigError, "epoch ", progress_.epoch,
+             ": the reloaded training dataloader yields no batches on rank ", strategy_.global_rank());
+  enable_validation_ = any_validation_batches(val_loaders);
+}
+
+void FitLoop::run(LightningModule& module, DataLoader& first_train_loader,
+                  const std::vector<DataLoader*>& first_val_loaders) {
   module_ = &module;
+  min_warned_ = false;
+  DataLoader* train_loader = &first_train_loader;
+  std::vector<DataLoader*> val_loaders = first_val_loaders;
+  loaded_epoch_ = progress_.epoch;
   stage_ = RunningStage::Train;
   // Under manual optimization each LightningOptimizer::step() is a global step, as in Lightning.
   optimization_.set_step_counter([this] { ++progress_.global_step; });
@@ -61,7 +94,8 @@ void FitLoop::run(LightningModule& module, DataLoader& train_loader, const std::
   if (progress_.epoch_done || progress_.batch_in_epoch >= num_training_batches_) next_epoch();
   const int64_t max_epochs = options_.effective_max_epochs();
   while (progress_.epoch < max_epochs && !done()) {
-    run_epoch(train_loader, val_loaders, progress_.batch_in_epoch);
+    if (progress_.batch_in_epoch == 0) maybe_reload(train_loader, val_loaders);
+    run_epoch(*train_loader, val_loaders, progress_.batch_in_epoch);
     if (!progress_.epoch_done) break;  // stopped mid-epoch (max_steps / should_stop)
     if (done()) break;
     next_epoch();
@@ -70,8 +104,8 @@ void FitLoop::run(LightningModule& module, DataLoader& train_loader, const std::
   hooks_.on_train_end(module);
 }
 
-void FitLoop::optimizer_step_and_schedule() {
-  const bool stepped = optimization_.automatic_step(*module_, progress_.global_step + 1);
+void FitLoop::optimizer_step_and_schedule(int64_t batch_idx) {
+  const bool stepped = optimization_.automatic_step(*module_, progress_.global_step + 1, progress_.epoch, batch_idx);
   if (!stepped) spdlog::debug("step {}: inf/nan gradients, optimizer step skipped", progress_.global_step);
   ++progress_.global_step;
 }
@@ -89,7 +123,9 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
   train_loader.set_epoch(options_.overfitting() ? 0 : progress_.epoch);
   const int64_t n = num_training_batches_;
   const bool unknown_length = n == DataLoader::kUnknownLength;
-  const int64_t accum = options_.accumulate_grad_batches;
+  // Read once per epoch: a callback (GradientAccumulationScheduler) may change it in
+  // on_train_epoch_start, which runs below, so it is read after that hook.
+  int64_t accum = accumulate_;
   int64_t val_every = 0;
   if (!val_loaders.empty() && (progress_.epoch + 1) % options_.check_val_every_n_epoch == 0) {
     VOLT_CHECK(!unknown_length || !options_.val_check_interval.is_fraction || options_.val_check_interval.value == 1.0,
@@ -106,17 +142,29 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
   module.train();
   metrics_.reset_epoch(Metrics::Loop::Train);
   hooks_.on_train_epoch_start(module);
+  accum = accumulate_;
+  VOLT_CHECK(accum >= 1, ConfigError, "epoch ", progress_.epoch, ": trainer.accumulate_grad_batches is ", accum,
+             "; it must be >= 1");
   BatchStream stream = train_loader.iterate(start_batch);
   // With an unknown length, the batch after this one is fetched first: whether this one is the
   // epoch's last decides the accumulation boundary and the epoch-interval scheduler step.
   std::optional<Batch> ahead = start_batch < n ? data_.next_batch(stream, train_loader) : std::nullopt;
   if (!ahead) progress_.epoch_done = true;
   for (int64_t i = start_batch; i < n && ahead && !done(); ++i) {
-    Batch b = std::move(*ahead);
+    Batch b = strategy_.batch_to_device(module, *ahead, 0);
     ahead = i + 1 < n ? data_.next_batch(stream, train_loader) : std::nullopt;
     const bool last = !ahead;
     metrics_.set_batch(b);  // the batch size that weighs epoch means (Lightning's on_batch_start)
-    hooks_.on_train_batch_start(module, b, i);
+    if (hooks_.on_train_batch_start(module, b, i) == -1) {
+      // Lightning: -1 skips the rest of the epoch. A window left open has no step to go with its
+      // gradients: they are dropped, so the next epoch starts clean.
+      if (automatic && i % accum != 0)
+        for (auto& c : optimization_.optimizers().configs) strategy_.zero_grad(*c.optimizer);
+      progress_.batch_in_epoch = i;
+      progress_.epoch_done = true;
+      optimization_.epoch_end_schedulers(progress_.epoch);
+      break;
+    }
     const bool last_micro = ((i + 1) % accum == 0) || last;
     auto batch_scope = profile(strategy_.profiler(), "run_training_batch");
     torch::Tensor loss = strategy_.training_step(module, b, i);
@@ -127,7 +175,7 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
       hooks_.on_before_backward(module, scaled);
       strategy_.backward(module, scaled, last_micro);
       hooks_.on_after_backward(module);
-      if (last_micro) optimizer_step_and_schedule();
+      if (last_micro) optimizer_step_and_schedule(i);
     } else {
       // Manual optimization: training_step stepped its optimizers (and counted the global steps).
       VOLT_CHECK(!loss.defined() || loss.numel() == 1, ConfigError,

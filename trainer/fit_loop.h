@@ -30,7 +30,7 @@ class FitLoop : public Stateful {
  public:
   FitLoop(const TrainerOptions& options, Strategy& strategy, HookDispatcher& hooks, Metrics& metrics,
           EvaluationLoop& evaluation, DataConnector& data, Optimization& optimization, RunningStage& stage,
-          const bool& should_stop)
+          const bool& should_stop, const int64_t& accumulate_grad_batches)
       : options_(options),
         strategy_(strategy),
         hooks_(hooks),
@@ -39,16 +39,25 @@ class FitLoop : public Stateful {
         data_(data),
         optimization_(optimization),
         stage_(stage),
-        should_stop_(should_stop) {}
+        should_stop_(should_stop),
+        accumulate_(accumulate_grad_batches) {}
 
   /// Counts the training batches of an epoch (limit_train_batches); ConfigError if there are none.
   /// After a restore from `resumed_from` in the middle of an epoch, CheckpointError when the loader's
   /// batch_size or number of samples differs from the checkpoint's: the saved position (batches
   /// done) would point at other samples.
   void setup_data(DataLoader& train_loader, const std::string& resumed_from = "");
-  /// Trains from the current progress until max_epochs, max_steps or should_stop, between the
-  /// on_train_start and on_train_end hooks.
+  /// Trains from the current progress until max_epochs, max_steps or should_stop (once min_epochs
+  /// and min_steps are met), between the on_train_start and on_train_end hooks.
   void run(LightningModule& module, DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders);
+
+  /// New training and validation loaders (a data module's, attached to the strategy) for
+  /// trainer.reload_dataloaders_every_n_epochs; unset: loaders are never reloaded.
+  struct Loaders {
+    DataLoader* train = nullptr;
+    std::vector<DataLoader*> val;
+  };
+  void set_reload(std::function<Loaders()> reload) { reload_ = std::move(reload); }
 
   /// SLURM auto-requeue: when any rank received `signal`, every rank finishes the step, then
   /// `save_and_requeue` runs (collective; returns what it did) and fit ends with a TrainingError
@@ -88,13 +97,17 @@ class FitLoop : public Stateful {
   /// that received a stop signal, and that signal. Collective.
   StepVerdict agree(bool finite);
   bool done() const;
+  /// Whether min_epochs and min_steps are met (Lightning's _can_stop_early).
+  bool min_reached() const;
+  /// Loaders reloaded when reload_dataloaders_every_n_epochs says so (at an epoch's start).
+  void maybe_reload(DataLoader*& train_loader, std::vector<DataLoader*>& val_loaders);
   /// One epoch from `start_batch`; sets progress_.epoch_done when its batches ran out.
   void run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders, int64_t start_batch);
   void next_epoch();
   void run_validation(LightningModule& module, const std::vector<DataLoader*>& val_loaders);
   /// Whether any rank has a validation batch (limit_val_batches). Collective with several ranks.
   bool any_validation_batches(const std::vector<DataLoader*>& val_loaders) const;
-  void optimizer_step_and_schedule();
+  void optimizer_step_and_schedule(int64_t batch_idx);
   /// The end of a training epoch, whole or cut short by max_steps / should_stop (as Lightning):
   /// on_train_epoch_end hooks, then the epoch-level training metrics are logged.
   void end_epoch();
@@ -108,6 +121,10 @@ class FitLoop : public Stateful {
   Optimization& optimization_;
   RunningStage& stage_;
   const bool& should_stop_;
+  const int64_t& accumulate_;
+  std::function<Loaders()> reload_;
+  int64_t loaded_epoch_ = 0;  // the epoch the current loaders were made for
+  bool min_warned_ = false;
 
   LightningModule* module_ = nullptr;  // during run()
   FitProgress progress_;

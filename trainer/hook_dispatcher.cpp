@@ -55,10 +55,12 @@ void HookDispatcher::module_hook(LightningModule& m, const char* hook, F&& f) {
 
 void HookDispatcher::setup(LightningModule& m, const std::string& stage) {
   callbacks("setup", [&](Callback& c) { c.setup(trainer_, m, stage); });
+  module_hook(m, "setup", [&] { m.setup(stage); });
 }
 
 void HookDispatcher::teardown(LightningModule& m, const std::string& stage) {
   callbacks("teardown", [&](Callback& c) { c.teardown(trainer_, m, stage); });
+  module_hook(m, "teardown", [&] { m.teardown(stage); });
 }
 
 void HookDispatcher::on_fit_start(LightningModule& m) {
@@ -95,9 +97,11 @@ void HookDispatcher::on_train_epoch_end(LightningModule& m) {
       "on_train_epoch_end", [&](Callback& c) { c.on_train_epoch_end(trainer_, m); }, &monitors_metrics);
 }
 
-void HookDispatcher::on_train_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx) {
+int HookDispatcher::on_train_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx) {
   callbacks("on_train_batch_start", [&](Callback& c) { c.on_train_batch_start(trainer_, m, batch, batch_idx); });
-  module_hook(m, "on_train_batch_start", [&] { m.on_train_batch_start(batch, batch_idx); });
+  int answer = 0;
+  module_hook(m, "on_train_batch_start", [&] { answer = m.on_train_batch_start(batch, batch_idx); });
+  return answer;
 }
 
 void HookDispatcher::on_train_batch_end(LightningModule& m, const torch::Tensor& loss, const Batch& batch,
@@ -121,8 +125,22 @@ void HookDispatcher::on_before_optimizer_step(LightningModule& m, torch::optim::
   module_hook(m, "on_before_optimizer_step", [&] { m.on_before_optimizer_step(optimizer); });
 }
 
+void HookDispatcher::on_before_zero_grad(LightningModule& m, torch::optim::Optimizer& optimizer) {
+  callbacks("on_before_zero_grad", [&](Callback& c) { c.on_before_zero_grad(trainer_, m, optimizer); });
+  module_hook(m, "on_before_zero_grad", [&] { m.on_before_zero_grad(optimizer); });
+}
+
+void HookDispatcher::on_sanity_check_start(LightningModule& m) {
+  callbacks("on_sanity_check_start", [&](Callback& c) { c.on_sanity_check_start(trainer_, m); });
+}
+
+void HookDispatcher::on_sanity_check_end(LightningModule& m) {
+  callbacks("on_sanity_check_end", [&](Callback& c) { c.on_sanity_check_end(trainer_, m); });
+}
+
 void HookDispatcher::on_validation_start(LightningModule& m) {
   callbacks("on_validation_start", [&](Callback& c) { c.on_validation_start(trainer_, m); });
+  module_hook(m, "on_validation_start", [&] { m.on_validation_start(); });
 }
 
 void HookDispatcher::on_validation_epoch_start(LightningModule& m) {
@@ -130,8 +148,17 @@ void HookDispatcher::on_validation_epoch_start(LightningModule& m) {
   module_hook(m, "on_validation_epoch_start", [&] { m.on_validation_epoch_start(); });
 }
 
-void HookDispatcher::on_validation_batch_end(LightningModule& m, const Batch& batch, int64_t batch_idx) {
+void HookDispatcher::on_validation_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx,
+                                               int64_t dataloader_idx) {
+  callbacks("on_validation_batch_start",
+            [&](Callback& c) { c.on_validation_batch_start(trainer_, m, batch, batch_idx); });
+  module_hook(m, "on_validation_batch_start", [&] { m.on_validation_batch_start(batch, batch_idx, dataloader_idx); });
+}
+
+void HookDispatcher::on_validation_batch_end(LightningModule& m, const Batch& batch, int64_t batch_idx,
+                                             int64_t dataloader_idx) {
   callbacks("on_validation_batch_end", [&](Callback& c) { c.on_validation_batch_end(trainer_, m, batch, batch_idx); });
+  module_hook(m, "on_validation_batch_end", [&] { m.on_validation_batch_end(batch, batch_idx, dataloader_idx); });
 }
 
 void HookDispatcher::on_validation_epoch_end(LightningModule& m) {
@@ -141,6 +168,29 @@ void HookDispatcher::on_validation_epoch_end(LightningModule& m) {
 
 void HookDispatcher::on_validation_end(LightningModule& m) {
   callbacks("on_validation_end", [&](Callback& c) { c.on_validation_end(trainer_, m); });
+  module_hook(m, "on_validation_end", [&] { m.on_validation_end(); });
+}
+
+void HookDispatcher::on_test_start(LightningModule& m) {
+  callbacks("on_test_start", [&](Callback& c) { c.on_test_start(trainer_, m); });
+  module_hook(m, "on_test_start", [&] { m.on_test_start(); });
+}
+
+void HookDispatcher::on_test_epoch_start(LightningModule& m) {
+  callbacks("on_test_epoch_start", [&](Callback& c) { c.on_test_epoch_start(trainer_, m); });
+  module_hook(m, "on_test_epoch_start", [&] { m.on_test_epoch_start(); });
+}
+
+void HookDispatcher::on_test_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx,
+                                         int64_t dataloader_idx) {
+  callbacks("on_test_batch_start", [&](Callback& c) { c.on_test_batch_start(trainer_, m, batch, batch_idx); });
+  module_hook(m, "on_test_batch_start", [&] { m.on_test_batch_start(batch, batch_idx, dataloader_idx); });
+}
+
+void HookDispatcher::on_test_batch_end(LightningModule& m, const Batch& batch, int64_t batch_idx,
+                                       int64_t dataloader_idx) {
+  callbacks("on_test_batch_end", [&](Callback& c) { c.on_test_batch_end(trainer_, m, batch, batch_idx); });
+  module_hook(m, "on_test_batch_end", [&] { m.on_test_batch_end(batch, batch_idx, dataloader_idx); });
 }
 
 void HookDispatcher::on_test_epoch_end(LightningModule& m) {
@@ -148,9 +198,25 @@ void HookDispatcher::on_test_epoch_end(LightningModule& m) {
   module_hook(m, "on_test_epoch_end", [&] { m.on_test_epoch_end(); });
 }
 
+void HookDispatcher::on_test_end(LightningModule& m) {
+  callbacks("on_test_end", [&](Callback& c) { c.on_test_end(trainer_, m); });
+  module_hook(m, "on_test_end", [&] { m.on_test_end(); });
+}
+
 void HookDispatcher::on_predict_start(LightningModule& m) {
   callbacks("on_predict_start", [&](Callback& c) { c.on_predict_start(trainer_, m); });
   module_hook(m, "on_predict_start", [&] { m.on_predict_start(); });
+}
+
+void HookDispatcher::on_predict_epoch_start(LightningModule& m) {
+  callbacks("on_predict_epoch_start", [&](Callback& c) { c.on_predict_epoch_start(trainer_, m); });
+  module_hook(m, "on_predict_epoch_start", [&] { m.on_predict_epoch_start(); });
+}
+
+void HookDispatcher::on_predict_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx,
+                                            int64_t dataloader_idx) {
+  callbacks("on_predict_batch_start", [&](Callback& c) { c.on_predict_batch_start(trainer_, m, batch, batch_idx); });
+  module_hook(m, "on_predict_batch_start", [&] { m.on_predict_batch_start(batch, batch_idx, dataloader_idx); });
 }
 
 void HookDispatcher::on_predict_batch_end(LightningModule& m, const Batch& outputs, const Batch& batch,
@@ -159,6 +225,7 @@ void HookDispatcher::on_predict_batch_end(LightningModule& m, const Batch& outpu
   callbacks("on_predict_batch_end", [&](Callback& c) {
     c.on_predict_batch_end(trainer_, m, outputs, batch, sample_indices, batch_idx, dataloader_idx);
   });
+  module_hook(m, "on_predict_batch_end", [&] { m.on_predict_batch_end(outputs, batch, batch_idx, dataloader_idx); });
 }
 
 void HookDispatcher::on_predict_epoch_end(LightningModule& m) {

@@ -3,8 +3,8 @@
 /// order: the callbacks (in the order the Trainer holds them), then the module; on_train_epoch_end
 /// runs the callbacks that do not monitor metrics, then the module, then the monitoring ones
 /// (ModelCheckpoint, EarlyStopping) so they see what the module logged; on_load_checkpoint runs the
-/// module first. Events the module has no hook for (setup, teardown, on_validation_start/end,
-/// on_validation_batch_end, on_exception) reach the callbacks only.
+/// module first. Events the module has no hook for (on_sanity_check_start/end, on_exception) reach
+/// the callbacks only. on_train_batch_start returns the module's answer (-1: end the epoch).
 ///
 /// With a profiler (set_profiler), every hook call is timed under Lightning's names:
 /// "[Callback]ModelCheckpoint.on_train_epoch_end", "[LightningModule]MyModel.on_train_epoch_end".
@@ -35,18 +35,30 @@ class HookDispatcher {
   void on_train_end(LightningModule& m);
   void on_train_epoch_start(LightningModule& m);
   void on_train_epoch_end(LightningModule& m);
-  void on_train_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx);
+  /// The module's return value: -1 ends the epoch (Lightning's rule).
+  int on_train_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx);
   void on_train_batch_end(LightningModule& m, const torch::Tensor& loss, const Batch& batch, int64_t batch_idx);
   void on_before_backward(LightningModule& m, const torch::Tensor& loss);
   void on_after_backward(LightningModule& m);
   void on_before_optimizer_step(LightningModule& m, torch::optim::Optimizer& optimizer);
+  void on_before_zero_grad(LightningModule& m, torch::optim::Optimizer& optimizer);
+  void on_sanity_check_start(LightningModule& m);
+  void on_sanity_check_end(LightningModule& m);
   void on_validation_start(LightningModule& m);
   void on_validation_epoch_start(LightningModule& m);
-  void on_validation_batch_end(LightningModule& m, const Batch& batch, int64_t batch_idx);
+  void on_validation_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
+  void on_validation_batch_end(LightningModule& m, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
   void on_validation_epoch_end(LightningModule& m);
   void on_validation_end(LightningModule& m);
+  void on_test_start(LightningModule& m);
+  void on_test_epoch_start(LightningModule& m);
+  void on_test_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
+  void on_test_batch_end(LightningModule& m, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
   void on_test_epoch_end(LightningModule& m);
+  void on_test_end(LightningModule& m);
   void on_predict_start(LightningModule& m);
+  void on_predict_epoch_start(LightningModule& m);
+  void on_predict_batch_start(LightningModule& m, const Batch& batch, int64_t batch_idx, int64_t dataloader_idx);
   void on_predict_batch_end(LightningModule& m, const Batch& outputs, const Batch& batch,
                             const std::vector<int64_t>& sample_indices, int64_t batch_idx, int64_t dataloader_idx);
   void on_predict_epoch_end(LightningModule& m);

@@ -139,19 +139,31 @@ torch::optim::Optimizer& Optimization::optimizer(size_t index) {
 
 // ---- automatic ------------------------------------------------------------------------------
 
-bool Optimization::automatic_step(LightningModule& module, int64_t global_step) {
+bool Optimization::automatic_step(LightningModule& module, int64_t global_step, int64_t epoch, int64_t batch_idx) {
   const OptimizerConfig& c = optimizers_[0];
   auto& opt = *c.optimizer;
-  const bool stepped = strategy_.optimizer_step(opt, [&] {
+  LightningOptimizer& lo = *lightning_optimizers_[0];
+  // The closure runs inside the precision's step, after 16-mixed unscaled the gradients, so the
+  // hooks and clipping see true gradients (Lightning's _after_closure).
+  const std::function<void()> closure = [&] {
     hooks_.on_before_optimizer_step(module, opt);
-    if (options_.gradient_clip_val && *options_.gradient_clip_val > 0)
-      strategy_.clip_gradients(opt, *options_.gradient_clip_val, options_.gradient_clip_algorithm.value());
-  });
-  strategy_.zero_grad(opt);
+    module.configure_gradient_clipping(lo, options_.gradient_clip_val, options_.gradient_clip_algorithm.value());
+  };
+  last_stepped_ = false;
+  in_automatic_step_ = true;
+  try {
+    module.optimizer_step(epoch, batch_idx, lo, closure);
+  } catch (...) {
+    in_automatic_step_ = false;
+    throw;
+  }
+  in_automatic_step_ = false;
+  hooks_.on_before_zero_grad(module, opt);
+  module.optimizer_zero_grad(epoch, batch_idx, lo);
   if (c.lr_scheduler && !c.lr_scheduler->needs_metric() && c.interval == SchedulerInterval::Step &&
       global_step % c.frequency == 0)
-    c.lr_scheduler->step();
-  return stepped;
+    module.lr_scheduler_step(*c.lr_scheduler, std::nullopt);
+  return last_stepped_;
 }
 
 void Optimization::epoch_end_schedulers(int64_t epoch) {
@@ -159,7 +171,7 @@ void Optimization::epoch_end_schedulers(int64_t epoch) {
   for (auto& c : optimizers_.configs)
     if (c.lr_scheduler && !c.lr_scheduler->needs_metric() && c.interval == SchedulerInterval::Epoch &&
         (epoch + 1) % c.frequency == 0)
-      c.lr_scheduler->step();
+      module_->lr_scheduler_step(*c.lr_scheduler, std::nullopt);
 }
 
 void Optimization::plateau_schedulers(SchedulerInterval interval, int64_t counter, const MetricsFn& read_metrics) {
@@ -179,7 +191,7 @@ void Optimization::plateau_schedulers(SchedulerInterval interval, int64_t counte
       spdlog::warn("{} (strict is false: the scheduler did not step)", msg);
       continue;
     }
-    c.lr_scheduler->step(it->second);
+    module_->lr_scheduler_step(*c.lr_scheduler, it->second);
   }
 }
 
@@ -187,6 +199,16 @@ void Optimization::plateau_schedulers(SchedulerInterval interval, int64_t counte
 
 bool Optimization::step_optimizer(size_t index, const std::function<void()>& closure) {
   auto& opt = optimizer(index);
+  if (automatic()) {
+    // The module's optimizer_step calling step(optimizer_closure): the Trainer counts the step.
+    VOLT_CHECK(in_automatic_step_, ConfigError,
+               "LightningOptimizer::step() under automatic optimization: the Trainer steps the optimizer (override "
+               "optimizer_step to change how). ",
+               kManualHint);
+    last_stepped_ = strategy_.optimizer_step(
+        opt, closure ? closure : [] {});
+    return last_stepped_;
+  }
   if (closure) closure();
   const bool stepped = strategy_.optimizer_step(opt, [&] { hooks_.on_before_optimizer_step(*module_, opt); });
   if (count_step_) count_step_();

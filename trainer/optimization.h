@@ -50,10 +50,12 @@ class Optimization : public OptimizationHost {
   /// Every optimizer, for checkpoints (empty before configure()).
   OptimizerList optimizer_list() const;
 
-  /// Automatic optimization: the optimizer step (hooks and trainer.gradient_clip_val first), zero_grad
-  /// and the step-interval scheduler after `global_step` (already advanced) steps. Returns whether the
-  /// optimizer stepped (16-mixed skips steps with inf/nan gradients).
-  bool automatic_step(LightningModule& module, int64_t global_step);
+  /// Automatic optimization, at the end of an accumulation window: the module's optimizer_step
+  /// (whose closure runs on_before_optimizer_step and configure_gradient_clipping), on_before_zero_grad
+  /// and optimizer_zero_grad, then lr_scheduler_step for a step-interval scheduler due after
+  /// `global_step` (already advanced) steps. Returns whether the optimizer stepped (16-mixed skips
+  /// steps with inf/nan gradients; an optimizer_step override may not step).
+  bool automatic_step(LightningModule& module, int64_t global_step, int64_t epoch, int64_t batch_idx);
   /// Automatic optimization, after the epoch's last optimizer step: the epoch-interval schedulers that
   /// need no metric.
   void epoch_end_schedulers(int64_t epoch);
@@ -91,6 +93,9 @@ class Optimization : public OptimizationHost {
   /// requires_grad of the parameters toggle_optimizer froze, to restore on untoggle.
   std::unordered_map<c10::TensorImpl*, bool> toggled_;
   std::function<void()> count_step_;
+  /// Inside automatic_step: LightningOptimizer::step() is the module's optimizer_step calling it.
+  bool in_automatic_step_ = false;
+  bool last_stepped_ = false;
 };
 
 }  // namespace volt

@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "volt/core/errors.h"
 
 namespace volt {
@@ -23,9 +25,15 @@ std::vector<Batch> PredictLoop::run(LightningModule& module, const std::vector<D
   stage_ = RunningStage::Predict;
   const bool was_training = module.is_training();
   module.eval();
-  torch::NoGradGuard ng;
+  std::optional<c10::InferenceMode> inference;
+  std::optional<torch::NoGradGuard> no_grad;
+  if (inference_mode_)
+    inference.emplace();
+  else
+    no_grad.emplace();
   std::vector<Batch> outputs;
   hooks_.on_predict_start(module);
+  hooks_.on_predict_epoch_start(module);
   for (int64_t d = 0; d < static_cast<int64_t>(loaders.size()); ++d)
     run_loader(module, *loaders[d], d, count(*loaders[d]), keep_outputs ? &outputs : nullptr);
   hooks_.on_predict_epoch_end(module);
@@ -61,15 +69,18 @@ void PredictLoop::run_loader(LightningModule& module, DataLoader& loader, int64_
         VOLT_CHECK(last.has_value(), ConfigError, "predict: rank ", strategy_.global_rank(),
                    " has no samples of predict dataloader ", d, " while other ranks do (fewer samples than ranks); ",
                    "predict with fewer devices");
-        strategy_.predict_step(module, *last, i, d);  // keeps a collective forward in step; output dropped
+        // keeps a collective forward in step; output dropped
+        strategy_.predict_step(module, strategy_.batch_to_device(module, *last, d), i, d);
         continue;
       }
     } else if (!b) {
       break;
     }
+    const Batch db = strategy_.batch_to_device(module, *b, d);
+    hooks_.on_predict_batch_start(module, db, i, d);
     Batch out;
     try {
-      out = strategy_.predict_step(module, *b, i, d);
+      out = strategy_.predict_step(module, db, i, d);
     } catch (const detail::HookNotImplemented& e) {
       throw ConfigError(std::string("predict was called but the module does not implement ") + e.hook);
     }
@@ -79,7 +90,7 @@ void PredictLoop::run_loader(LightningModule& module, DataLoader& loader, int64_
       const int64_t end = std::min<int64_t>(begin + bs, static_cast<int64_t>(indices.size()));
       samples.assign(indices.begin() + begin, indices.begin() + end);
     }
-    hooks_.on_predict_batch_end(module, out, *b, samples, i, d);
+    hooks_.on_predict_batch_end(module, out, db, samples, i, d);
     if (outputs) outputs->push_back(std::move(out));
     last = std::move(b);
   }

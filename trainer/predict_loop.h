@@ -34,6 +34,8 @@ class PredictLoop {
   /// `keep_outputs`) loader by loader. Throws ConfigError if the module lacks predict_step.
   std::vector<Batch> run(LightningModule& module, const std::vector<DataLoader*>& loaders, const BatchCount& count,
                          bool keep_outputs);
+  /// InferenceMode (true) or NoGradGuard (false), as EvaluationLoop::set_inference_mode.
+  void set_inference_mode(bool on) { inference_mode_ = on; }
 
  private:
   void run_loader(LightningModule& module, DataLoader& loader, int64_t dataloader_idx, int64_t max_batches,
@@ -42,6 +44,7 @@ class PredictLoop {
   Strategy& strategy_;
   HookDispatcher& hooks_;
   RunningStage& stage_;
+  bool inference_mode_ = false;
 };
 
 }  // namespace volt

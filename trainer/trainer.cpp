@@ -6,7 +6,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 #include <optional>
+#include <typeinfo>
 
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/model_summary.h"
@@ -84,7 +86,7 @@ void Trainer::set_loggers(std::vector<std::shared_ptr<Logger>> loggers) {
 
 void Trainer::setup(LightningModule& module, const std::string& stage) {
   module_ = &module;
-  module.attach(this, this, this);
+  module.attach(this, this, this, this);
   if (module_ready_) return;
   // Capabilities first: fail before any work.
   if (options_.gradient_clip_val && *options_.gradient_clip_val > 0)
@@ -101,13 +103,22 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
   if (!strategy_->is_global_zero()) spdlog::set_level(spdlog::level::warn);
   if (options_.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   if (options_.seed) torch::manual_seed(static_cast<uint64_t>(*options_.seed));
+  // [Note: inference mode] (evaluation_loop.cpp): not with Gloo collectives, nor FSDP's buffers.
+  const bool inference = options_.inference_mode && strategy_->name() != "fsdp" &&
+                         (strategy_->world_size() == 1 || strategy_->accelerator() == "cuda");
+  evaluation_loop_.set_inference_mode(inference);
+  predict_loop_.set_inference_mode(inference);
 
+  // Lightning's order: prepare_data, the callbacks' and the module's setup, then configure_model.
+  prepare_module_data(module);
+  add_module_callbacks(module);
+  add_default_callbacks(stage);
+  hooks_.setup(module, stage);
   module.configure_model();
   strategy_->setup_module(module);
   if (stage == "fit") {
     optimization_.configure(module);
   }
-  add_default_callbacks(stage);
   if (!strategy_->is_global_zero()) loggers_.clear();
   // fast_dev_run: no logger, the given ones included (Lightning's DummyLogger).
   if (!logger_ && strategy_->is_global_zero() && !options_.fast_dev_run &&
@@ -123,7 +134,54 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
     metrics_.set_logger(logger_.get());
   }
   module_ready_ = true;
-  hooks_.setup(module, stage);
+}
+
+void Trainer::prepare_module_data(LightningModule& module) {
+  if (data_prepared_for_ == &module) return;
+  std::string error;
+  std::exception_ptr original;
+  if (strategy_->is_global_zero()) {
+    try {
+      module.prepare_data();
+    } catch (const std::exception& e) {
+      error = e.what();
+      original = std::current_exception();
+    }
+  }
+  // The other ranks wait for rank 0's files; a failure there fails every rank with its message.
+  try {
+    detail::agree_or_throw(*strategy_, error, "the module's prepare_data()");
+  } catch (const CheckpointError& e) {
+    if (original) std::rethrow_exception(original);
+    throw DataError(e.what());
+  }
+  data_prepared_for_ = &module;
+}
+
+void Trainer::add_module_callbacks(LightningModule& module) {
+  std::vector<std::shared_ptr<Callback>> mine = module.configure_callbacks();
+  if (mine.empty()) return;
+  for (size_t i = 0; i < mine.size(); ++i)
+    VOLT_CHECK(mine[i] != nullptr, ConfigError, "configure_callbacks(): callback ", i, " is null");
+  // Lightning's rule: a module callback replaces the Trainer's callbacks of its type.
+  auto same_type = [&](const Callback& c) {
+    for (const auto& m : mine)
+      if (typeid(*m) == typeid(c)) return true;
+    return false;
+  };
+  std::vector<std::shared_ptr<Callback>> merged, checkpoints;
+  for (auto& c : callbacks_)
+    if (!same_type(*c)) merged.push_back(c);
+  merged.insert(merged.end(), mine.begin(), mine.end());
+  // Checkpoint callbacks last, so they save what every other callback did at the same event.
+  std::vector<std::shared_ptr<Callback>> ordered;
+  for (auto& c : merged) (dynamic_cast<ModelCheckpoint*>(c.get()) ? checkpoints : ordered).push_back(c);
+  ordered.insert(ordered.end(), checkpoints.begin(), checkpoints.end());
+  callbacks_ = std::move(ordered);
+}
+
+torch::Tensor Trainer::all_gather(const torch::Tensor& tensor, bool sync_grads) {
+  return strategy_->all_gather(tensor, sync_grads);
 }
 
 void Trainer::add_default_callbacks(const std::string& stage) {
@@ -181,6 +239,18 @@ void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
   flush_before_save(logger_.get());
   checkpoint_connector_.save(*module_, path, weights_only);
 }
+
+void Trainer::restore_checkpoint_in_fit(const std::string& path) {
+  VOLT_CHECK(module_ != nullptr && stage_ != RunningStage::Predict && !optimization_.empty(), CheckpointError,
+             "restore_checkpoint_in_fit('", path, "') called outside fit");
+  for (const auto& c : optimization_.optimizers().configs) c.optimizer->state().clear();
+  checkpoint_connector_.restore(*module_, path, /*fitting=*/true);
+  metrics_.reset_epoch(Metrics::Loop::Train);
+  metrics_.reset_epoch(Metrics::Loop::Eval);
+  should_stop = false;
+}
+
+void Trainer::remove_checkpoint(const std::string& path) { checkpoint_connector_.remove_checkpoint(path); }
 
 void Trainer::wait_for_ranks() {
   if (auto* parallel = dynamic_cast<ParallelStrategy*>(strategy_.get())) parallel->wait_for_ranks();
@@ -242,6 +312,31 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
       val_loaders = loader_ptrs(dm_vals);
     }
     checkpoint_connector_.set_datamodule(datamodule);
+    checkpoint_connector_.begin_async_saves();
+    accumulate_grad_batches = options_.accumulate_grad_batches;
+    train_loader_ = train_loader;
+    val_loaders_ = val_loaders;
+    if (datamodule && options_.reload_dataloaders_every_n_epochs > 0) {
+      fit_loop_.set_reload([this, datamodule, &dm_train, &dm_vals] {
+        dm_train = datamodule->train_dataloader();
+        VOLT_CHECK(dm_train != nullptr, ConfigError, "the data module's train_dataloader() returned no loader");
+        dm_vals = datamodule->val_dataloader();
+        FitLoop::Loaders l{dm_train.get(), loader_ptrs(dm_vals)};
+        data_connector_.attach(*l.train);
+        for (DataLoader* v : l.val) data_connector_.attach(*v, /*pad=*/false);  // [Note: every sample once]
+        train_loader_ = l.train;
+        val_loaders_ = l.val;
+        return l;
+      });
+    } else {
+      fit_loop_.set_reload({});
+      if (options_.reload_dataloaders_every_n_epochs > 0 && is_global_zero())
+        spdlog::warn(
+            "trainer.reload_dataloaders_every_n_epochs is {}, but fit was given loaders rather than a "
+            "LightningDataModule: there is no train_dataloader() to call again, so the same loaders are used every "
+            "epoch",
+            options_.reload_dataloaders_every_n_epochs);
+    }
     metrics_.reset_epoch(Metrics::Loop::Train);
     metrics_.reset_epoch(Metrics::Loop::Eval);
     data_connector_.attach(*train_loader);
@@ -256,6 +351,11 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
             options_.default_root_dir);
       resume_from.clear();
     }
+    ckpt_path_ = resume_from.empty() ? std::string() : checkpoint_connector_.resolve_ckpt_path(resume_from);
+    // Lightning's trainer.ckpt_path for "last" names last.ckpt itself: a `save_last: link` target it
+    // led to is not what the run resumed from by name, so ModelCheckpoint may replace it.
+    if (resume_from == "last" && std::filesystem::path(ckpt_path_).filename().string().rfind("last", 0) != 0)
+      ckpt_path_ = (std::filesystem::path(ckpt_path_).parent_path() / "last.ckpt").string();
     if (!resume_from.empty()) checkpoint_connector_.restore(module, resume_from, /*fitting=*/true);
     fit_loop_.setup_data(*train_loader,
                          resume_from.empty() ? "" : checkpoint_connector_.resolve_ckpt_path(resume_from));
@@ -276,6 +376,10 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
           fit_loop_.progress());
     }
     fit_loop_.run(module, *train_loader, val_loaders);
+    checkpoint_connector_.wait_for_saves();  // the last checkpoint is on disk before on_fit_end
+    fit_loop_.set_reload({});
+    train_loader_ = nullptr;
+    val_loaders_.clear();
     hooks_.on_fit_end(module);
     if (datamodule) datamodule->teardown("fit");
     finish(module, "fit");
@@ -285,6 +389,9 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
     if (profiler_) profiler_->teardown();
   } catch (const std::exception& e) {
     checkpoint_connector_.set_datamodule(nullptr);
+    fit_loop_.set_reload({});
+    train_loader_ = nullptr;
+    val_loaders_.clear();
     // The run itself finished (logger finalized, strategy torn down) and only the profiler's trace
     // failed: that error is the command's, reported once by the caller, with no second teardown
     // and no on_exception / "failed" status for a run that completed.
@@ -294,8 +401,16 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
     } catch (const std::exception& f) {                        // the original error is the one to report
       spdlog::error("{}", f.what());
     }
+    // A save still being written is finished as far as this rank can alone; saves are synchronous again.
+    checkpoint_connector_.abandon_saves();
+    // Lightning's order: the callbacks first, while the ranks can still run a collective together
+    // (OnExceptionCheckpoint saves for an error every rank raised); then the other ranks are told.
+    try {
+      hooks_.on_exception(module, e);
+    } catch (const std::exception& f) {  // the original error is the one to report
+      spdlog::error("{}", f.what());
+    }
     strategy_->on_exception(e);
-    hooks_.on_exception(module, e);
     try {
       if (logger_) logger_->finalize("failed");
     } catch (const std::exception& f) {  // the original error is the one to report
@@ -313,6 +428,7 @@ std::string Trainer::save_and_requeue(LightningModule& module) {
   const std::string path = detail::hpc_checkpoint_path(dir, n);
   flush_before_save(logger_.get());
   checkpoint_connector_.save(module, path, /*weights_only=*/false);
+  checkpoint_connector_.wait_for_saves();  // on disk before the job is requeued
   const std::string job = detail::slurm_batch_job_id();
   if (is_global_zero()) {
     detail::slurm_requeue(job);
@@ -358,6 +474,7 @@ std::map<std::string, double> Trainer::run_evaluation(LightningModule& module, L
   }
   for (DataLoader* l : loaders) data_connector_.attach(*l, /*pad=*/false);  // [Note: every sample once]
   warn_if_empty(loaders, name);
+  ckpt_path_ = ckpt_path.empty() ? std::string() : checkpoint_connector_.resolve_ckpt_path(ckpt_path);
   if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path, /*fitting=*/false);
   metrics_.reset_epoch(Metrics::Loop::Eval);
   const BatchLimit& limit = val ? options_.limit_val_batches : options_.limit_test_batches;
@@ -392,6 +509,7 @@ std::vector<Batch> Trainer::run_predict(LightningModule& module, LightningDataMo
   }
   for (DataLoader* l : loaders) data_connector_.attach(*l, /*pad=*/false);  // [Note: every sample once]
   warn_if_empty(loaders, "predict");
+  ckpt_path_ = ckpt_path.empty() ? std::string() : checkpoint_connector_.resolve_ckpt_path(ckpt_path);
   if (!ckpt_path.empty()) checkpoint_connector_.restore(module, ckpt_path, /*fitting=*/false);
   auto outputs = predict_loop_.run(
       module, loaders,

@@ -9,6 +9,7 @@
 /// loaders are borrowed for the duration of a call. Thread-safety: use one Trainer from one thread.
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,7 @@
 
 namespace volt {
 
-class Trainer : public LogSink, public WrapHost {
+class Trainer : public LogSink, public WrapHost, public ModuleHost {
  public:
   /// Validates `options` (ConfigError on bad values) and builds the strategy it names.
   explicit Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks = {});
@@ -86,13 +87,31 @@ class Trainer : public LogSink, public WrapHost {
   /// worker). A no-op on other ranks and on one device. The `volt` CLI calls it.
   void wait_for_ranks();
 
-  /// Writes a checkpoint of the current state (every rank must call it).
+  /// Writes a checkpoint of the current state (every rank must call it). With
+  /// `trainer.plugins: [AsyncCheckpointIO]`, during fit it returns once the state is copied aside
+  /// and the file is written on a background thread (checkpoint/async_checkpoint_io.h).
   void save_checkpoint(const std::string& path, bool weights_only = false);
+  /// Rewinds the running fit to `path`, a checkpoint save_checkpoint wrote during this fit: the
+  /// module, the optimizers (their state cleared first, so state built since is dropped), the LR
+  /// schedulers, the loop progress, the callbacks' states and the RNG states; the values logged since
+  /// are dropped and should_stop is cleared. For a callback that trains ahead and rewinds
+  /// (LearningRateFinder). Collective; during fit only (CheckpointError otherwise).
+  void restore_checkpoint_in_fit(const std::string& path);
+  /// Removes the checkpoint file or folder at `path` (Lightning's strategy.remove_checkpoint; call it
+  /// on global rank 0), once the save in flight, if any, is complete on disk.
+  void remove_checkpoint(const std::string& path);
+  /// The checkpoint the running (or last) call restored from, resolved ("" when none), as
+  /// Lightning's trainer.ckpt_path. ModelCheckpoint never removes it.
+  const std::string& ckpt_path() const { return ckpt_path_; }
 
   // ---- state, as Lightning exposes it ------------------------------------------------------
   int64_t current_epoch() const { return fit_loop_.progress().epoch; }
   int64_t global_step() const { return fit_loop_.progress().global_step; }
   bool should_stop = false;
+  /// Batches whose gradients add up before each optimizer step: trainer.accumulate_grad_batches at
+  /// the start of each fit; a callback may change it in on_train_epoch_start (read after that hook,
+  /// for the whole epoch), as Lightning's GradientAccumulationScheduler does.
+  int64_t accumulate_grad_batches = 1;
   bool sanity_checking() const { return stage_ == RunningStage::Sanity; }
   bool training() const { return stage_ == RunningStage::Train; }
   int64_t num_training_batches() const { return fit_loop_.num_training_batches(); }
@@ -101,7 +120,7 @@ class Trainer : public LogSink, public WrapHost {
   bool enable_validation() const { return fit_loop_.enable_validation(); }
   int64_t max_steps() const { return options_.max_steps; }
   int64_t max_epochs() const { return options_.effective_max_epochs(); }
-  int64_t global_rank() const { return strategy_->global_rank(); }
+  int64_t global_rank() const override { return strategy_->global_rank(); }
   int64_t world_size() const { return strategy_->world_size(); }
   bool is_global_zero() const { return strategy_->is_global_zero(); }
   const TrainerOptions& options() const { return options_; }
@@ -117,6 +136,9 @@ class Trainer : public LogSink, public WrapHost {
   /// Every optimizer with its scheduler, in configure_optimizers' order (during and after fit).
   const Optimizers& optimizers() const { return optimization_.optimizers(); }
   LightningModule* module() { return module_; }
+  /// The running fit's training loader (nullptr outside fit) and validation loaders.
+  DataLoader* train_dataloader() { return train_loader_; }
+  const std::vector<DataLoader*>& val_dataloaders() const { return val_loaders_; }
   std::vector<std::shared_ptr<Callback>>& callbacks() { return callbacks_; }
   /// Last value of every metric logged (step values, then epoch means once an epoch ends).
   const std::map<std::string, double>& callback_metrics() const { return metrics_.callback_metrics(); }
@@ -140,10 +162,17 @@ class Trainer : public LogSink, public WrapHost {
   void log_metric(const std::string& name, const torch::Tensor& value, const LogOptions& options) override;
   /// Called by LightningModule::wrap: the strategy's wrap.
   void wrap_unit(torch::nn::Module& module) override;
+  /// Called by LightningModule::all_gather: the strategy's.
+  torch::Tensor all_gather(const torch::Tensor& tensor, bool sync_grads) override;
 
  private:
   void setup(LightningModule& module, const std::string& stage);
   void add_default_callbacks(const std::string& stage);
+  /// The module's configure_callbacks(), merged into the Trainer's as Lightning does: one of the
+  /// same type replaces the Trainer's; checkpoint callbacks move to the end. Once per call.
+  void add_module_callbacks(LightningModule& module);
+  /// The module's prepare_data on global rank 0 (the others wait), once per Trainer and module.
+  void prepare_module_data(LightningModule& module);
   /// The end of a call: logger flushed, teardown hooks, the strategy's teardown and finalize().
   void finish(LightningModule& module, const std::string& stage);
   /// SLURM auto-requeue at the end of a step: hpc_ckpt_<N>.ckpt, then `scontrol requeue` on rank 0.
@@ -170,7 +199,11 @@ class Trainer : public LogSink, public WrapHost {
   YAML::Node config_;
   LightningModule* module_ = nullptr;
   LightningDataModule* datamodule_ = nullptr;  // the running call's (borrowed; nullptr without one)
-  LightningDataModule* prepared_ = nullptr;    // prepared by prepare_data() for `prepared_stage_`
+  std::string ckpt_path_;                      // resolved, of the running or last call
+  DataLoader* train_loader_ = nullptr;         // the running fit's (borrowed)
+  std::vector<DataLoader*> val_loaders_;
+  const LightningModule* data_prepared_for_ = nullptr;  // prepare_module_data ran for this module
+  LightningDataModule* prepared_ = nullptr;             // prepared by prepare_data() for `prepared_stage_`
   std::string prepared_stage_;
   /// DataConnector::prepare unless prepare_data() already did it for this data module and stage.
   void prepare_once(LightningDataModule& datamodule, const std::string& stage);
@@ -183,8 +216,8 @@ class Trainer : public LogSink, public WrapHost {
   DataConnector data_connector_{*strategy_};
   EvaluationLoop evaluation_loop_{*strategy_, hooks_, metrics_, data_connector_, stage_};
   PredictLoop predict_loop_{*strategy_, hooks_, stage_};
-  FitLoop fit_loop_{options_,        *strategy_,    hooks_, metrics_,   evaluation_loop_,
-                    data_connector_, optimization_, stage_, should_stop};
+  FitLoop fit_loop_{options_,        *strategy_,    hooks_, metrics_,    evaluation_loop_,
+                    data_connector_, optimization_, stage_, should_stop, accumulate_grad_batches};
   CheckpointConnector checkpoint_connector_{*this,  options_,  *strategy_,    callbacks_,
                                             hooks_, fit_loop_, optimization_, config_};
 };

@@ -16,7 +16,9 @@ void TrainerOptions::validate() {
   VOLT_CHECK(accelerator != "cuda" || torch::cuda::is_available(), ConfigError,
              "config key 'trainer.accelerator': 'cuda' requested but this LibTorch has no CUDA or no GPU is visible;"
              " use accelerator: cpu");
-  VOLT_CHECK(devices >= 1, ConfigError, "config key 'trainer.devices': must be >= 1, got ", devices);
+  if (devices.is_auto())
+    devices = accelerator == "cuda" ? std::max<int64_t>(1, static_cast<int64_t>(torch::cuda::device_count())) : 1;
+  VOLT_CHECK(devices >= 1, ConfigError, "config key 'trainer.devices': must be >= 1 or 'auto', got ", devices.count);
   if (accelerator == "cpu") {
     // Each device is a process with its share of the cores; far more processes than cores only
     // thrash (and a typo like 1000 would fork until memory runs out).
@@ -33,6 +35,20 @@ void TrainerOptions::validate() {
              "config key 'trainer.max_restarts': must be from 0 to 1000, got ", max_restarts);
   VOLT_CHECK(max_epochs >= -1, ConfigError, "config key 'trainer.max_epochs': must be >= -1, got ", max_epochs);
   VOLT_CHECK(max_steps >= -1, ConfigError, "config key 'trainer.max_steps': must be >= -1, got ", max_steps);
+  VOLT_CHECK(!min_epochs || *min_epochs >= 0, ConfigError, "config key 'trainer.min_epochs': must be >= 0, got ",
+             min_epochs.value_or(0));
+  VOLT_CHECK(!min_steps || *min_steps >= 0, ConfigError, "config key 'trainer.min_steps': must be >= 0, got ",
+             min_steps.value_or(0));
+  VOLT_CHECK(!min_epochs || max_epochs < 0 || *min_epochs <= max_epochs, ConfigError,
+             "config key 'trainer.min_epochs': ", *min_epochs, " is more than trainer.max_epochs (", max_epochs, ")");
+  VOLT_CHECK(!min_steps || max_steps < 0 || *min_steps <= max_steps, ConfigError,
+             "config key 'trainer.min_steps': ", *min_steps, " is more than trainer.max_steps (", max_steps, ")");
+  VOLT_CHECK(reload_dataloaders_every_n_epochs >= 0, ConfigError,
+             "config key 'trainer.reload_dataloaders_every_n_epochs': must be >= 0, got ",
+             reload_dataloaders_every_n_epochs);
+  for (size_t i = 0; i < plugins.size(); ++i)
+    VOLT_CHECK(plugins[i] == "AsyncCheckpointIO", ConfigError, "config key 'trainer.plugins[", i,
+               "]': unknown plugin '", plugins[i], "'; valid: AsyncCheckpointIO");
   VOLT_CHECK(check_val_every_n_epoch >= 1, ConfigError,
              "config key 'trainer.check_val_every_n_epoch': must be >= 1, got ", check_val_every_n_epoch);
   VOLT_CHECK(num_sanity_val_steps >= -1, ConfigError, "config key 'trainer.num_sanity_val_steps': must be >= -1, got ",
@@ -79,6 +95,16 @@ void TrainerOptions::apply_debugging_flags() {
 }
 
 namespace detail {
+Devices YamlCodec<Devices>::decode(const YAML::Node& n, const std::string& key) {
+  if (n.IsScalar() && n.Scalar() == "auto") return Devices();
+  if (!n.IsScalar()) type_error(key, "a number of devices or 'auto'", n);
+  const int64_t v = YamlCodec<int64_t>::decode(n, key);
+  return Devices(v);  // -1 is Lightning's "every device": the same as auto
+}
+YAML::Node YamlCodec<Devices>::encode(const Devices& v) {
+  return v.is_auto() ? YAML::Node("auto") : YAML::Node(v.count);
+}
+
 FastDevRun YamlCodec<FastDevRun>::decode(const YAML::Node& n, const std::string& key) {
   bool on = false;
   if (n.IsScalar() && YAML::convert<bool>::decode(n, on)) return FastDevRun(on);

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "volt/callbacks/timer.h"
 #include "volt/core/options.h"
@@ -37,9 +39,37 @@ struct HelpType<FastDevRun> {
 };
 }  // namespace detail
 
+/// Lightning's devices: a number of processes on this node, or "auto" (YAML: an int, "auto" or -1):
+/// every visible GPU when the accelerator is cuda, else 1. TrainerOptions::validate() resolves
+/// "auto" to a count; it reads as that count (an int64_t) everywhere after.
+struct Devices {
+  static constexpr int64_t kAuto = -1;
+  int64_t count = kAuto;
+  Devices() = default;
+  template <class I, class = std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>>>
+  Devices(I n) : count(static_cast<int64_t>(n)) {}  // NOLINT: implicit, `devices = 2`
+  operator int64_t() const { return count; }        // NOLINT: reads as the count
+  bool is_auto() const { return count == kAuto; }
+};
+
+namespace detail {
+template <>
+struct YamlCodec<Devices> {
+  static Devices decode(const YAML::Node& n, const std::string& key);
+  static YAML::Node encode(const Devices& v);
+};
+template <>
+struct HelpType<Devices> {
+  static std::string name() { return "int|auto"; }
+};
+}  // namespace detail
+
 struct TrainerOptions {
-  std::string accelerator = "cpu";  // "cpu", "cuda", "auto"
-  int64_t devices = 1;
+  /// "auto" (Lightning's default: cuda when a GPU is visible, else cpu), "cpu", "cuda" or "gpu".
+  /// validate() resolves "auto" and "gpu".
+  std::string accelerator = "auto";
+  /// Processes on this node: a count or "auto" (Lightning's default; see Devices).
+  Devices devices;
   int64_t num_nodes = 1;
   /// Restarts of the whole job when a rank or a host dies (distributed/elastic_agent.h): `volt`
   /// then supervises the ranks from a process of its own and resumes each attempt from the last
@@ -50,6 +80,10 @@ struct TrainerOptions {
   std::string precision = "32-true";
   int64_t max_epochs = -1;  // -1: 1000 when max_steps is -1 too (Lightning's rule), else unlimited
   int64_t max_steps = -1;
+  /// Training runs at least this many epochs / optimizer steps even when a callback (EarlyStopping)
+  /// sets should_stop earlier; null: no minimum (Lightning's min_epochs / min_steps).
+  std::optional<int64_t> min_epochs;
+  std::optional<int64_t> min_steps;
   BatchLimit limit_train_batches;
   BatchLimit limit_val_batches;
   BatchLimit limit_test_batches;
@@ -58,6 +92,15 @@ struct TrainerOptions {
   int64_t check_val_every_n_epoch = 1;
   int64_t num_sanity_val_steps = 2;
   int64_t accumulate_grad_batches = 1;
+  /// Validation, test and predict run under LibTorch's InferenceMode (true, Lightning's default) or
+  /// under NoGradGuard (false). Runs of several processes on Gloo, and FSDP, use NoGradGuard
+  /// whatever this says, as Lightning does for Gloo: see [Note: inference mode] in evaluation_loop.cpp.
+  bool inference_mode = true;
+  /// With a LightningDataModule: its train_dataloader() and val_dataloader() are called again every
+  /// n epochs (0: never), as Lightning's reload_dataloaders_every_n_epochs.
+  int64_t reload_dataloaders_every_n_epochs = 0;
+  /// Lightning's plugins, by name: "AsyncCheckpointIO" (checkpoints written on a background thread).
+  std::vector<std::string> plugins;
   std::optional<double> gradient_clip_val;
   Choice<GradientClipAlgorithm> gradient_clip_algorithm = GradientClipAlgorithm::Norm;
   int64_t log_every_n_steps = 50;
@@ -93,10 +136,12 @@ struct TrainerOptions {
   void visit(V& v) {
     v("accelerator", accelerator)("devices", devices)("num_nodes", num_nodes)("max_restarts", max_restarts)(
         "strategy", strategy)("precision", precision)("max_epochs", max_epochs)("max_steps", max_steps)(
-        "limit_train_batches", limit_train_batches)("limit_val_batches", limit_val_batches)(
-        "limit_test_batches", limit_test_batches)("limit_predict_batches", limit_predict_batches)(
-        "val_check_interval", val_check_interval)("check_val_every_n_epoch", check_val_every_n_epoch)(
-        "num_sanity_val_steps", num_sanity_val_steps)("accumulate_grad_batches", accumulate_grad_batches)(
+        "min_epochs", min_epochs)("min_steps", min_steps)("limit_train_batches", limit_train_batches)(
+        "limit_val_batches", limit_val_batches)("limit_test_batches", limit_test_batches)(
+        "limit_predict_batches", limit_predict_batches)("val_check_interval", val_check_interval)(
+        "check_val_every_n_epoch", check_val_every_n_epoch)("num_sanity_val_steps", num_sanity_val_steps)(
+        "accumulate_grad_batches", accumulate_grad_batches)("inference_mode", inference_mode)(
+        "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs)("plugins", plugins)(
         "gradient_clip_val", gradient_clip_val)("gradient_clip_algorithm", gradient_clip_algorithm)(
         "log_every_n_steps", log_every_n_steps)("default_root_dir", default_root_dir)(
         "enable_checkpointing", enable_checkpointing)("enable_progress_bar", enable_progress_bar)(

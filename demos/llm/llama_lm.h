@@ -62,6 +62,8 @@ class LMHead : public HookedModule {
 
 class LlamaLM : public LightningModule, public FlopsPerBatch {
  public:
+  using Options = LlamaLMOptions;
+
   explicit LlamaLM(LlamaLMOptions options = {});
 
   /// Builds the decoder (registered as "model") and "lm_head" unless they exist; under FSDP each

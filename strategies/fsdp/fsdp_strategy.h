@@ -4,14 +4,22 @@
 /// only this rank's shard (so its state is sharded too), and an interceptor around each unit's
 /// forward gathers its parameters just before they are needed and frees them after.
 ///
-/// The package, one file a layer (as PyTorch's FSDP2 `_fully_shard/`):
-///   flat_param.h ..... one unit's flat parameter: the shard, all-gather, reduce-scatter
-///   fsdp_unit.h ...... a unit: its module, flat parameter, gradient count, training state
-///   fsdp_schedule.h .. when units gather, free and reduce (forward order, prefetch, gather limit)
-///                      -- start here to find where FSDP all-gathers
-///   fsdp_mesh.h ...... the (replicate x shard) layout and its process groups
-///   fsdp_strategy.h .. this file: the Strategy overrides that wire them together, and the
-///                      state layout checkpoint/ saves and loads
+/// The package, one file a concern (as PyTorch's FSDP2 `_fully_shard/`):
+///   flat_param.h .......... one unit's flat parameter: the shard, all-gather, reduce-scatter
+///   fsdp_unit.h ........... a unit: its module, flat parameter, gradient count, training state
+///   fsdp_schedule.h ....... when units gather, free and reduce (forward order, prefetch, gather
+///                           limit, backward) -- start here to find where FSDP all-gathers
+///   optimizer_in_backward.h the BackwardStepper: a unit's shard stepped inside backward
+///   fsdp_mesh.h ........... the (replicate x shard) layout and its process groups
+///   mixed_precision.h ..... param / reduce / buffer dtypes from the options and the precision
+///   rank_agreement.h ...... the ranks start from the same values (sync_module_states)
+///   deferred_wrap.h ....... units wrap() shards while configure_model() builds the model
+///   unit_builder.h ........ where FSDP builds its units: which parameters each unit flattens,
+///                           tied weights in their common ancestor's unit (ParamOwners)
+///   optimizer_shards.h .... the optimizer stepping this rank's slices only
+///   fsdp_state_layout.h ... where FSDP describes its state for checkpoints (state_layout) and
+///                           gathers it whole (model_state_dict)
+///   fsdp_strategy.h ....... this file: the Strategy overrides that call the above in order
 ///
 /// Sharding strategies: FULL_SHARD (free after forward), SHARD_GRAD_OP (keep until after backward),
 /// NO_SHARD (shard group of 1, gradients all-reduced), HYBRID_SHARD / _HYBRID_SHARD_ZERO2 (shard
@@ -35,8 +43,12 @@
 #include <set>
 #include <vector>
 
+#include "volt/strategies/fsdp/deferred_wrap.h"
 #include "volt/strategies/fsdp/fsdp_mesh.h"
 #include "volt/strategies/fsdp/fsdp_schedule.h"
+#include "volt/strategies/fsdp/mixed_precision.h"
+#include "volt/strategies/fsdp/rank_agreement.h"
+#include "volt/strategies/fsdp/unit_builder.h"
 #include "volt/strategies/parallel_strategy.h"
 
 namespace volt {
@@ -106,27 +118,18 @@ class FSDPStrategy : public ParallelStrategy {
   double reduce_grad_norm_sq(double local) override;
 
  private:
-  std::vector<detail::FSDPUnit> make_units(LightningModule& module);
-  std::unique_ptr<detail::FlatParam> make_flat(const std::string& name, std::vector<detail::FlatParamEntry> entries);
-  /// Parameters already sharded by wrap() (their storage is gone).
-  std::set<c10::TensorImpl*> wrapped_params() const;
-  /// The ranks start from the same values: rank 0's are broadcast (sync_module_states) or, without
-  /// it, a bitwise checksum per tensor is compared (one all-reduce) and a difference is a
-  /// ConfigError on every rank. `states`: (name, tensor) of what is about to be sharded.
-  void agree_on_states(const std::vector<std::pair<std::string, torch::Tensor>>& states);
+  /// How this strategy's units make their FlatParams (shard group, dtypes, device, offload).
+  detail::FlatParamSpec flat_param_spec() const;
+  /// Over the world group (none in one process), with sync_module_states.
+  detail::RankAgreement rank_agreement();
+  /// The ranks agree on the module's values that no wrap() has sharded yet.
+  void agree_before_sharding(LightningModule& module);
+  detail::FSDPScheduleOptions schedule_options() const;
 
-  /// A unit made by wrap() before the model was complete; named and scheduled in setup_module.
-  struct WrappedUnit {
-    std::shared_ptr<torch::nn::Module> module;  // kept alive: a module wrapped but never registered
-    std::unique_ptr<detail::FlatParam> flat;
-  };
-  std::vector<WrappedUnit> wrapped_;
-
+  detail::DeferredUnits deferred_;  // made by wrap() before the model was complete; built into units at set-up
   FSDPOptions options_;
   detail::FSDPMesh mesh_;
-  at::ScalarType param_dtype_ = at::kFloat;
-  at::ScalarType reduce_dtype_ = at::kFloat;
-  std::optional<at::ScalarType> buffer_dtype_;
+  detail::FSDPDtypes dtypes_;                         // resolved after mesh_, whose ConfigErrors come first
   std::unique_ptr<detail::FSDPSchedule> schedule_;    // set up by setup_module, gone after unshard_module
   LightningModule* sharded_ = nullptr;                // the module schedule_ shards (borrowed)
   std::unique_ptr<detail::BackwardStepper> stepper_;  // optimizer_in_backward (schedule_ borrows it)

@@ -99,7 +99,8 @@ TEST_CASE("EarlyStopping on a nan metric says it is not finite", "[callbacks][re
   Logs logs;
   t.fit(m, train, &val);
   CHECK(t.current_epoch() < 4);  // stopped at the first nan, not after 5 epochs
-  CHECK_THAT(logs.text.str(), Contains("'val_loss' = nan is not finite") && !Contains("did not improve"));
+  CHECK_THAT(logs.text.str(),
+             Contains("Monitored metric val_loss = nan is not finite") && !Contains("did not improve"));
 }
 
 TEST_CASE("PredictionWriter into a folder it cannot write fails before the first batch, and an earlier run's files go",

@@ -50,8 +50,15 @@ TEST_CASE("TrainerOptions defaults are Lightning's", "[options]") {
     CHECK_FALSE(o.gradient_clip_val.has_value());
     CHECK(o.max_epochs == -1);
     CHECK(o.max_steps == -1);
-    CHECK(o.devices == 1);
+    // Lightning's accelerator="auto", devices="auto": resolved when validated.
+    CHECK(o.accelerator == "auto");
+    CHECK(o.devices.is_auto());
     CHECK(o.num_nodes == 1);
+    CHECK_FALSE(o.min_epochs.has_value());
+    CHECK_FALSE(o.min_steps.has_value());
+    CHECK(o.inference_mode);
+    CHECK(o.reload_dataloaders_every_n_epochs == 0);
+    CHECK(o.plugins.empty());
     CHECK(o.check_val_every_n_epoch == 1);
     CHECK(o.limit_train_batches == BatchLimit::fraction(1.0));
     CHECK(o.limit_val_batches == BatchLimit::fraction(1.0));
@@ -408,6 +415,46 @@ TEST_CASE("TrainerOptions::validate range errors name the key", "[options]") {
   ok.accelerator = "auto";
   CHECK_NOTHROW(ok.validate());
   CHECK(ok.accelerator == (torch::cuda::is_available() ? "cuda" : "cpu"));
+  // devices "auto": every visible GPU on cuda, one process on the CPU.
+  CHECK(ok.devices == (torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 1));
+}
+
+TEST_CASE("devices, min_epochs, min_steps, reload_dataloaders_every_n_epochs and plugins in YAML", "[options]") {
+  auto fails_with = [](auto mutate, const std::string& key) {
+    TrainerOptions o;
+    mutate(o);
+    CHECK_THAT(config_error([&] { o.validate(); }), Contains(key));
+  };
+  CHECK(parse_trainer("trainer: {devices: auto}").devices.is_auto());
+  CHECK(parse_trainer("trainer: {devices: -1}").devices.is_auto());
+  CHECK(parse_trainer("trainer: {devices: 3}").devices == 3);
+  CHECK(parse_trainer("trainer: {min_epochs: 2, min_steps: 5}").min_steps == 5);
+  CHECK(parse_trainer("trainer: {plugins: [AsyncCheckpointIO]}").plugins ==
+        std::vector<std::string>{"AsyncCheckpointIO"});
+  CHECK_THROWS_WITH(parse_trainer("trainer: {devices: many}"), Catch::Contains("trainer.devices"));
+  fails_with([](TrainerOptions& o) { o.devices = 0; }, "trainer.devices");
+  fails_with([](TrainerOptions& o) { o.min_epochs = -1; }, "trainer.min_epochs");
+  fails_with(
+      [](TrainerOptions& o) {
+        o.max_epochs = 2;
+        o.min_epochs = 3;
+      },
+      "trainer.min_epochs");
+  fails_with(
+      [](TrainerOptions& o) {
+        o.max_steps = 2;
+        o.min_steps = 3;
+      },
+      "trainer.min_steps");
+  fails_with([](TrainerOptions& o) { o.reload_dataloaders_every_n_epochs = -1; },
+             "trainer.reload_dataloaders_every_n_epochs");
+  fails_with([](TrainerOptions& o) { o.plugins = {"MixedPrecision"}; }, "trainer.plugins[0]");
+  // The resolved value is what a config dump shows.
+  TrainerOptions o;
+  o.accelerator = "cpu";
+  o.validate();
+  CHECK(o.devices == 1);
+  CHECK_FALSE(o.devices.is_auto());
 }
 
 TEST_CASE("Precision names", "[options]") {

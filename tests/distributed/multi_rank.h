@@ -20,7 +20,8 @@ struct WorkerResult {
   std::map<std::string, torch::Tensor> init_state;  // with record_init: the state when training started
   std::vector<double> losses;
   int64_t global_step = 0;
-  double val_loss = -1;  // the last validation's val_loss (-1 when none ran)
+  double val_loss = -1;       // the last validation's val_loss (-1 when none ran)
+  double all_gather_ok = -1;  // with all_gather_probe: 1 when every rank's all_gather was right
   int64_t nonroot_unsharded_after_forward = -1, root_unsharded_after_forward = -1, optimizer_numel = -1;
   std::vector<int64_t> shard_numels, padded, numels;
   // Rank 0's exact-size host buffers of shards (cpu_offload), and optimizer_in_backward's last sync
@@ -44,6 +45,7 @@ inline WorkerResult read_worker_output(const std::string& path) {
   for (int64_t i = 0; i < l.numel(); ++i) r.losses.push_back(l[i].item<double>());
   r.global_step = d.at("global_step").toInt();
   if (d.contains("val_loss")) r.val_loss = d.at("val_loss").toDouble();
+  if (d.contains("all_gather_ok")) r.all_gather_ok = d.at("all_gather_ok").toDouble();
   if (d.contains("optimizer_numel")) {
     r.nonroot_unsharded_after_forward = d.at("nonroot_unsharded_after_forward").toInt();
     r.root_unsharded_after_forward = d.at("root_unsharded_after_forward").toInt();

@@ -266,7 +266,7 @@ TEST_CASE("DDP scenario rank (started by the tests below)", "[.][ddp_scenario]")
   t.enable_checkpointing = false;
   t.num_sanity_val_steps = 0;
   t.logger = false;
-  t.devices = std::stoll(std::getenv("WORLD_SIZE"));
+  t.devices = static_cast<int64_t>(std::stoll(std::getenv("WORLD_SIZE")));
   torch::manual_seed(7);
   UnusedModel model(spec);
   DataLoader loader(scenario_data(spec.width), DataLoaderOptions{kScenarioBatch, false, false, 0});

@@ -131,7 +131,10 @@ class HookRecorder : public BoringModel {
   void on_train_end() override { calls.push_back("on_train_end"); }
   void on_train_epoch_start() override { calls.push_back("on_train_epoch_start"); }
   void on_train_epoch_end() override { calls.push_back("on_train_epoch_end"); }
-  void on_train_batch_start(const Batch&, int64_t) override { calls.push_back("on_train_batch_start"); }
+  int on_train_batch_start(const Batch&, int64_t) override {
+    calls.push_back("on_train_batch_start");
+    return 0;
+  }
   void on_train_batch_end(const torch::Tensor&, const Batch&, int64_t) override {
     calls.push_back("on_train_batch_end");
   }

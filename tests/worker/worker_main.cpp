@@ -5,6 +5,9 @@
 //                    [--fault_attempt=N]  (only in attempt N of a job under trainer.max_restarts)
 //                    [--rank_metric=true] [--checkpoint_monitor=M --checkpoint_top_k=K --checkpoint_filename=F]
 //                    [--checkpoint_every_n_train_steps=N] [--ckpt_path=PATH|last] [--fsize_limit=BYTES]
+//                    [--backbone_finetune_at=E] [--on_exception_dir=DIR]
+//                    [--write_fault=kill|throw --write_fault_match=S --fault_rank=R]  (an asynchronous
+//                    checkpoint write of a file whose path contains S, on rank R, half-way through)
 //   volt_test_worker --pg_scenario=OUT   (process-group collectives, distributed/process_group_scenario.h)
 //   volt_test_worker --llama_parity=CONFIG   (LlamaLM against the PyTorch reference, demos/llm/llama_parity_worker.h)
 // Trains the BoringModel (tests/boring_model.h) on RandomDataset and, on rank 0, writes
@@ -18,13 +21,20 @@
 #include <iostream>
 #include <thread>
 
+#include "backbone_model.h"
 #include "boring_model.h"
+#include "checkpoint/hook_tensors.h"
 #include "demos/llm/llama_parity_worker.h"
 #include "distributed/process_group_scenario.h"
 #include "gan_model.h"
 #include "stock_encoder_model.h"
+#include "volt/callbacks/backbone_finetuning.h"
+#include "volt/callbacks/ema_weight_averaging.h"
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/callbacks/on_exception_checkpoint.h"
 #include "volt/callbacks/prediction_writer.h"
+#include "volt/callbacks/stochastic_weight_averaging.h"
+#include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/host_buffers.h"
 #include "volt/core/options.h"
 #include "volt/distributed/elastic_agent.h"
@@ -51,6 +61,7 @@ struct WorkerConfig {
   int64_t fault_attempt = -1;      // >= 0: only in that attempt of a restarting job
   bool rank_metric = false;        // log "val_rank", a per-rank value, without sync_dist
   bool log_sync = false;           // log per-rank values with sync_dist and each reduce_fx (LogSyncModel)
+  bool all_gather_probe = false;   // LightningModule::all_gather checked on every rank (AllGatherProbe)
   std::string checkpoint_monitor;  // non-empty: a ModelCheckpoint monitoring it
   int64_t checkpoint_top_k = 1;
   std::string checkpoint_filename = "{epoch}-{step}";
@@ -60,20 +71,35 @@ struct WorkerConfig {
   bool iterable = false;    // train on the samples as an IterableDataset split by rank (shards may differ by one)
   std::string predict_dir;  // non-empty: after fit, predict predict_samples samples, written there per rank
   int64_t predict_samples = 37;
-  bool gan = false;          // train tests/gan_model.h's GAN (manual optimization, two optimizers) instead
-  bool stock = false;        // train tests/stock_encoder_model.h's stock TransformerEncoderLayer stack instead
-  bool deferred = false;     // with stock: build it in configure_model(), each layer wrap()ped as built
-  bool record_init = false;  // also write the full state at the start of training as "init_state"
+  bool gan = false;                   // train tests/gan_model.h's GAN (manual optimization, two optimizers) instead
+  bool stock = false;                 // train tests/stock_encoder_model.h's stock TransformerEncoderLayer stack instead
+  bool deferred = false;              // with stock: build it in configure_model(), each layer wrap()ped as built
+  bool record_init = false;           // also write the full state at the start of training as "init_state"
+  int64_t backbone_finetune_at = -1;  // >= 0: tests/backbone_model.h's model with BackboneFinetuning at that epoch
+  std::string on_exception_dir;       // non-empty: an OnExceptionCheckpoint saving there
+  std::string averaging;              // "ema" (EMAWeightAveraging, ema_decay) or "swa" (StochasticWeightAveraging)
+  double ema_decay = 0.5;
+  double swa_lr = 0.05;
+  int64_t swa_epoch_start = 2;
+  std::string hook_tensors;  // non-empty: the model and a TensorKeeper keep tensors in checkpoints; marks go here
+  int64_t hook_tensors_mismatch_rank = -1;  // that rank's TensorKeeper adds a tensor of another shape
+  std::string write_fault;                  // "kill" / "throw": in an asynchronous checkpoint write (fault_rank's)
+  std::string write_fault_match;
   template <class V>
   void visit(V& v) {
+    v("write_fault", write_fault)("write_fault_match", write_fault_match);
     v("trainer", trainer)("samples", samples)("batch_size", batch_size)("shuffle", shuffle)("blocks", blocks)(
         "hidden", hidden)("lr", lr)("adam", adam)("dropout", dropout)("out", out)("fault_rank", fault_rank)(
         "fault_step", fault_step)("fault_kind", fault_kind)("fault_attempt", fault_attempt)("rank_metric", rank_metric)(
-        "log_sync", log_sync)("checkpoint_monitor", checkpoint_monitor)("checkpoint_top_k", checkpoint_top_k)(
-        "checkpoint_filename", checkpoint_filename)("checkpoint_every_n_train_steps", checkpoint_every_n_train_steps)(
-        "ckpt_path", ckpt_path)("fsize_limit", fsize_limit)("iterable", iterable)("predict_dir", predict_dir)(
+        "log_sync", log_sync)("all_gather_probe", all_gather_probe)("checkpoint_monitor", checkpoint_monitor)(
+        "checkpoint_top_k", checkpoint_top_k)("checkpoint_filename", checkpoint_filename)(
+        "checkpoint_every_n_train_steps", checkpoint_every_n_train_steps)("ckpt_path", ckpt_path)(
+        "fsize_limit", fsize_limit)("iterable", iterable)("predict_dir", predict_dir)(
         "predict_samples", predict_samples)("gan", gan)("stock", stock)("deferred", deferred)("record_init",
                                                                                               record_init);
+    v("backbone_finetune_at", backbone_finetune_at)("on_exception_dir", on_exception_dir);
+    v("averaging", averaging)("ema_decay", ema_decay)("swa_lr", swa_lr)("swa_epoch_start", swa_epoch_start);
+    v("hook_tensors", hook_tensors)("hook_tensors_mismatch_rank", hook_tensors_mismatch_rank);
   }
 };
 
@@ -90,6 +116,13 @@ class WorkerModel : public testing::BoringModel {
     log("val_rank", trainer()->global_rank() == 0 ? v : 1.0 - v);
   }
   Batch predict_step(const Batch& b, int64_t) override { return {forward(b[0])}; }
+  void on_save_checkpoint(CheckpointMeta& c) override {
+    if (keep_tensors) testing::save_module_tensors(*this, c);
+  }
+  void on_load_checkpoint(const CheckpointMeta& c) override {
+    if (keep_tensors) testing::load_module_tensors(*this, c);
+  }
+  bool keep_tensors = false;  // tests/checkpoint/hook_tensors.h's tensors, "model.*"
 
  private:
   bool rank_metric_;
@@ -163,6 +196,28 @@ class FaultCallback : public Callback {
   std::string kind_;
 };
 /// Records the loss of every step averaged over ranks (the global batch's loss).
+/// LightningModule::all_gather on every rank at on_train_start: the values in rank order, and with
+/// sync_grads the gradient of this rank's input (the sum over ranks of its slice's gradient).
+class AllGatherProbe : public Callback {
+ public:
+  std::string state_key() const override { return "AllGatherProbe"; }
+  double ok = -1;  // 1: every rank saw what it should (agreed by all)
+  void on_train_start(Trainer& t, LightningModule& m) override {
+    const int64_t world = t.world_size(), rank = t.global_rank();
+    auto x = torch::tensor({1.0 + rank, 10.0 * (rank + 1)}, torch::kDouble);
+    auto g = m.all_gather(x);
+    bool good = g.sizes() == torch::IntArrayRef({world, 2});
+    for (int64_t r = 0; good && r < world; ++r)
+      good = g[r][0].item<double>() == 1.0 + r && g[r][1].item<double>() == 10.0 * (r + 1);
+    auto w = torch::ones({2}, torch::TensorOptions().dtype(torch::kDouble).requires_grad(true));
+    auto y = m.all_gather(w * x, /*sync_grads=*/true);
+    (y * (rank + 1)).sum().backward();                 // rank q weighs every slice by q + 1
+    const double weights = world * (world + 1) / 2.0;  // the sum over ranks of q + 1
+    good = good && y.requires_grad() && torch::allclose(w.grad(), x * weights);
+    ok = t.strategy().all_reduce(torch::tensor({good ? 1.0 : 0.0}, torch::kDouble), ReduceOp::Min).item<double>();
+  }
+};
+
 class LossRecorder : public Callback {
  public:
   std::string state_key() const override { return "LossRecorder"; }
@@ -276,6 +331,8 @@ int main(int argc, char** argv) {
     else if (cfg.stock)
       owned = std::make_unique<testing::StockEncoderModel>(
           testing::StockEncoderOptions{.layers = cfg.blocks, .lr = cfg.lr, .deferred = cfg.deferred});
+    else if (cfg.backbone_finetune_at >= 0)
+      owned = std::make_unique<testing::BackboneModel>(cfg.lr, cfg.adam);
     else if (cfg.log_sync)
       owned = std::make_unique<LogSyncModel>(bo, cfg.rank_metric);
     else
@@ -290,8 +347,30 @@ int main(int argc, char** argv) {
     auto recorder = std::make_shared<LossRecorder>();
     auto probe = std::make_shared<ShardProbe>();
     std::vector<std::shared_ptr<Callback>> cbs{recorder, probe};
+    auto gather_probe = std::make_shared<AllGatherProbe>();
+    if (cfg.all_gather_probe) cbs.push_back(gather_probe);
     auto init = std::make_shared<InitRecorder>();
     if (cfg.record_init) cbs.push_back(init);
+    if (!cfg.hook_tensors.empty()) {
+      cbs.push_back(std::make_shared<testing::TensorKeeper>(cfg.hook_tensors, cfg.hook_tensors_mismatch_rank));
+      if (auto* wm = dynamic_cast<WorkerModel*>(owned.get())) wm->keep_tensors = true;
+    }
+    // Before any ModelCheckpoint: a checkpoint written at a step's end must hold that step's average.
+    std::shared_ptr<EMAWeightAveraging> ema;
+    std::shared_ptr<StochasticWeightAveraging> swa;
+    if (cfg.averaging == "ema") {
+      EMAWeightAveragingOptions eo;
+      eo.decay = cfg.ema_decay;
+      cbs.push_back(ema = std::make_shared<EMAWeightAveraging>(eo));
+    } else if (cfg.averaging == "swa") {
+      StochasticWeightAveragingOptions so;
+      so.swa_lrs.values = {cfg.swa_lr};
+      so.swa_epoch_start = {static_cast<double>(cfg.swa_epoch_start), false};
+      so.annealing_epochs = 1;
+      cbs.push_back(swa = std::make_shared<StochasticWeightAveraging>(so));
+    } else if (!cfg.averaging.empty()) {
+      throw ConfigError("averaging: expected 'ema' or 'swa', got '" + cfg.averaging + "'");
+    }
     if (cfg.fault_rank >= 0)
       cbs.push_back(std::make_shared<FaultCallback>(cfg.fault_rank, cfg.fault_step, cfg.fault_kind));
     if (!cfg.checkpoint_monitor.empty()) {
@@ -313,7 +392,21 @@ int main(int argc, char** argv) {
       wo.write_interval = "epoch";
       cbs.push_back(std::make_shared<PredictionWriter>(wo));
     }
+    if (cfg.backbone_finetune_at >= 0) {
+      BackboneFinetuningOptions bf;
+      bf.unfreeze_backbone_at_epoch = cfg.backbone_finetune_at;
+      cbs.push_back(std::make_shared<BackboneFinetuning>(bf));
+    }
+    if (!cfg.on_exception_dir.empty()) cbs.push_back(std::make_shared<OnExceptionCheckpoint>(cfg.on_exception_dir));
     Trainer trainer(cfg.trainer, cbs);
+    if (!cfg.write_fault.empty())
+      volt::detail::set_deferred_write_hook([&cfg, &trainer](const std::string& path, int64_t written, int64_t total) {
+        if (trainer.global_rank() != cfg.fault_rank || path.find(cfg.write_fault_match) == std::string::npos ||
+            written != total / 2)
+          return;
+        if (cfg.write_fault == "kill") ::raise(SIGKILL);
+        throw std::runtime_error("injected write fault in " + path);
+      });
     trainer.fit(model, loader, &val, cfg.ckpt_path);
     if (!cfg.predict_dir.empty()) {
       DataLoader pl(std::make_shared<testing::RandomDataset>(cfg.predict_samples, 32, 5),
@@ -335,6 +428,11 @@ int main(int argc, char** argv) {
       out.insert("val_loss",
                  trainer.callback_metrics().count("val_loss") ? trainer.callback_metrics().at("val_loss") : -1.0);
       out.insert("global_step", trainer.global_step());
+      if (cfg.all_gather_probe) out.insert("all_gather_ok", gather_probe->ok);
+      if (ema || swa) {
+        out.insert("averaged_numel", ema ? ema->averaged_numel() : swa->averaged_numel());
+        out.insert("n_averaged", ema ? ema->n_averaged() : swa->n_averaged());
+      }
       out.insert("nonroot_unsharded_after_forward", probe->nonroot_unsharded_after_forward);
       out.insert("root_unsharded_after_forward", probe->root_unsharded_after_forward);
       out.insert("optimizer_numel", probe->optimizer_numel);
