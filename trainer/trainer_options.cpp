@@ -97,8 +97,8 @@ void TrainerOptions::apply_debugging_flags() {
 namespace detail {
 Devices YamlCodec<Devices>::decode(const YAML::Node& n, const std::string& key) {
   if (n.IsScalar() && n.Scalar() == "auto") return Devices();
-  if (!n.IsScalar()) type_error(key, "a number of devices or 'auto'", n);
-  const int64_t v = YamlCodec<int64_t>::decode(n, key);
+  int64_t v = 0;
+  if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) type_error(key, "a number of devices or 'auto'", n);
   return Devices(v);  // -1 is Lightning's "every device": the same as auto
 }
 YAML::Node YamlCodec<Devices>::encode(const Devices& v) {

@@ -432,6 +432,7 @@ TEST_CASE("devices, min_epochs, min_steps, reload_dataloaders_every_n_epochs and
   CHECK(parse_trainer("trainer: {plugins: [AsyncCheckpointIO]}").plugins ==
         std::vector<std::string>{"AsyncCheckpointIO"});
   CHECK_THROWS_WITH(parse_trainer("trainer: {devices: many}"), Catch::Contains("trainer.devices"));
+  CHECK_THROWS_WITH(parse_trainer("trainer: {devices: many}"), Catch::Contains("'auto'"));
   fails_with([](TrainerOptions& o) { o.devices = 0; }, "trainer.devices");
   fails_with([](TrainerOptions& o) { o.min_epochs = -1; }, "trainer.min_epochs");
   fails_with(
