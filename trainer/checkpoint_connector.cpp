@@ -225,7 +225,8 @@ void CheckpointConnector::restore(LightningModule& module, const std::string& ck
   const CheckpointReader& ck = *reader;
   const YAML::Node& meta = ck.meta();
   if (meta["optimizers"]) warn_changed_optimizer_hparams(meta["optimizers"], path);
-  if (!optimization_.empty() && ck.names(kOptimizerSection).empty())
+  // Before the first optimizer step there is no state to save (LearningRateFinder's rewind point).
+  if (!optimization_.empty() && ck.names(kOptimizerSection).empty() && ck.global_step() > 0)
     spdlog::warn("Checkpoint {} has no optimizer state (saved with weights_only?): the optimizer starts fresh", path);
   for (const Entry& e : entries()) {
     if (e.section == "callbacks") continue;  // restored first (fitting only)
