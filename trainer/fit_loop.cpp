@@ -52,18 +52,21 @@ bool FitLoop::min_reached() const {
 
 bool FitLoop::done() const {
   if (options_.max_steps >= 0 && progress_.global_step >= options_.max_steps) return true;
-  if (!should_stop_) return false;
-  if (min_reached()) return true;
-  if (!min_warned_ && strategy_.is_global_zero()) {
-    spdlog::info(
-        "Trainer was signaled to stop but the required `min_epochs={}` or `min_steps={}` has not been met. Training "
-        "will continue...",
-        options_.min_epochs ? std::to_string(*options_.min_epochs) : "None",
-        options_.min_steps ? std::to_string(*options_.min_steps) : "None");
-  }
-  const_cast<FitLoop*>(this)->min_warned_ = true;
-  return false;
+  return should_stop_ && min_reached();
 }
+
+namespace {
+/// Lightning's message, once per fit, when should_stop is held back by min_epochs / min_steps.
+void note_held_stop(bool held, bool& warned, const TrainerOptions& o, bool global_zero) {
+  if (!held || warned) return;
+  warned = true;
+  if (!global_zero) return;
+  spdlog::info(
+      "Trainer was signaled to stop but the required `min_epochs={}` or `min_steps={}` has not been met. Training "
+      "will continue...",
+      o.min_epochs ? std::to_string(*o.min_epochs) : "None", o.min_steps ? std::to_string(*o.min_steps) : "None");
+}
+}  // namespace
 
 void FitLoop::maybe_reload(DataLoader*& train_loader, std::vector<DataLoader*>& val_loaders) {
   const int64_t n = options_.reload_dataloaders_every_n_epochs;
@@ -96,6 +99,7 @@ void FitLoop::run(LightningModule& module, DataLoader& first_train_loader,
   while (progress_.epoch < max_epochs && !done()) {
     if (progress_.batch_in_epoch == 0) maybe_reload(train_loader, val_loaders);
     run_epoch(*train_loader, val_loaders, progress_.batch_in_epoch);
+    note_held_stop(should_stop_ && !min_reached(), min_warned_, options_, strategy_.is_global_zero());
     if (!progress_.epoch_done) break;  // stopped mid-epoch (max_steps / should_stop)
     if (done()) break;
     next_epoch();
@@ -123,9 +127,6 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
   train_loader.set_epoch(options_.overfitting() ? 0 : progress_.epoch);
   const int64_t n = num_training_batches_;
   const bool unknown_length = n == DataLoader::kUnknownLength;
-  // Read once per epoch: a callback (GradientAccumulationScheduler) may change it in
-  // on_train_epoch_start, which runs below, so it is read after that hook.
-  int64_t accum = accumulate_;
   int64_t val_every = 0;
   if (!val_loaders.empty() && (progress_.epoch + 1) % options_.check_val_every_n_epoch == 0) {
     VOLT_CHECK(!unknown_length || !options_.val_check_interval.is_fraction || options_.val_check_interval.value == 1.0,
@@ -142,7 +143,9 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
   module.train();
   metrics_.reset_epoch(Metrics::Loop::Train);
   hooks_.on_train_epoch_start(module);
-  accum = accumulate_;
+  // Read once per epoch, after on_train_epoch_start: a callback (GradientAccumulationScheduler) may
+  // change it there.
+  const int64_t accum = accumulate_;
   VOLT_CHECK(accum >= 1, ConfigError, "epoch ", progress_.epoch, ": trainer.accumulate_grad_batches is ", accum,
              "; it must be >= 1");
   BatchStream stream = train_loader.iterate(start_batch);
@@ -193,6 +196,7 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
     if (log_now) metrics_.flush_step_metrics(progress_);
     const torch::Tensor loss_d = loss.defined() ? loss.detach() : loss;
     hooks_.on_train_batch_end(module, loss_d, b, i);
+    note_held_stop(should_stop_ && !min_reached(), min_warned_, options_, strategy_.is_global_zero());
     if ((val_every > 0 && (i + 1) % val_every == 0) || (val_at_end && last)) run_validation(module, val_loaders);
     // ReduceLROnPlateau with interval "step": after the step's validation, as Lightning.
     if (last_micro) optimization_.plateau_schedulers(SchedulerInterval::Step, progress_.global_step, callback_metrics);
