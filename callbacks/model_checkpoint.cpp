@@ -1,9 +1,7 @@
 #include "volt/callbacks/model_checkpoint.h"
 
-#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,8 +11,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <regex>
 
 #include "volt/core/files.h"
 #include "volt/trainer/trainer.h"
@@ -56,62 +52,6 @@ std::pair<bool, double> monitored_on_rank0(Trainer& t, const std::string& monito
 }
 }  // namespace
 
-SaveLast::SaveLast(const char* text) : SaveLast(std::string(text)) {}
-
-SaveLast::SaveLast(const std::string& text) : mode(Mode::link) {
-  VOLT_CHECK(text == "link", ConfigError, "ModelCheckpoint.save_last: expected true, false or 'link', got '", text,
-             "'");
-}
-
-TimeInterval TimeInterval::parse(const std::string& text, const std::string& key) {
-  // Python's str(timedelta): "H:MM:SS[.ffffff]", after "D day, " or "D days, " from one day on.
-  static const std::regex form(R"(^(?:([0-9]+) days?, )?([0-9]+):([0-5][0-9]):([0-5][0-9](?:\.[0-9]+)?)$)");
-  std::smatch m;
-  VOLT_CHECK(std::regex_match(text, m, form), ConfigError, "config key '", key, "': '", text,
-             "' is not a time interval; give seconds (e.g. 3600) or H:MM:SS (e.g. 1:00:00, or '2 days, 0:00:00')");
-  const double days = m[1].matched ? std::stod(m[1]) : 0.0;
-  return TimeInterval(((days * 24 + std::stod(m[2])) * 60 + std::stod(m[3])) * 60 + std::stod(m[4]));
-}
-
-namespace detail {
-SaveLast YamlCodec<SaveLast>::decode(const YAML::Node& n, const std::string& key) {
-  bool on = false;
-  if (n.IsNull()) return SaveLast(false);  // Lightning's default None
-  if (n.IsScalar() && n.Scalar() == "link") return SaveLast(SaveLast::Mode::link);
-  if (n.IsScalar() && YAML::convert<bool>::decode(n, on)) return SaveLast(on);
-  type_error(key, "true, false or 'link'", n);
-}
-
-YAML::Node YamlCodec<SaveLast>::encode(const SaveLast& v) {
-  return v.mode == SaveLast::Mode::link ? YAML::Node("link") : YAML::Node(static_cast<bool>(v));
-}
-
-TimeInterval YamlCodec<TimeInterval>::decode(const YAML::Node& n, const std::string& key) {
-  if (n.IsScalar() && n.Scalar().find(':') != std::string::npos) return TimeInterval::parse(n.Scalar(), key);
-  return TimeInterval(YamlCodec<double>::decode(n, key));
-}
-}  // namespace detail
-
-void ModelCheckpointOptions::validate() const {
-  VOLT_CHECK(!filename.empty(), ConfigError,
-             "ModelCheckpoint.filename: must not be empty (it would write hidden '.ckpt' files); leave it at "
-             "'{epoch}-{step}' or name the checkpoints");
-  detail::check_checkpoint_filename(filename);
-  VOLT_CHECK(mode == "min" || mode == "max", ConfigError, "ModelCheckpoint.mode: expected 'min' or 'max', got '", mode,
-             "'");
-  VOLT_CHECK(save_top_k >= -1, ConfigError, "ModelCheckpoint.save_top_k: must be >= -1, got ", save_top_k);
-  VOLT_CHECK(every_n_train_steps >= 0 && every_n_epochs >= 0, ConfigError,
-             "ModelCheckpoint: every_n_train_steps and every_n_epochs must be >= 0");
-  VOLT_CHECK(train_time_interval.seconds >= 0 && std::isfinite(train_time_interval.seconds), ConfigError,
-             "ModelCheckpoint.train_time_interval: must be a number of seconds >= 0 (0: off), got ",
-             train_time_interval.seconds);
-  VOLT_CHECK(!(every_n_train_steps > 0 && train_time_interval.seconds > 0), ConfigError,
-             "ModelCheckpoint: every_n_train_steps and train_time_interval are mutually exclusive (as in Lightning); "
-             "set one of them");
-  VOLT_CHECK(!(save_top_k > 1 && monitor.empty()), ConfigError, "ModelCheckpoint: save_top_k=", save_top_k,
-             " needs a monitor to rank checkpoints");
-}
-
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) { options_.validate(); }
 
 std::string ModelCheckpoint::dir(const Trainer& t) const {
@@ -120,103 +60,8 @@ std::string ModelCheckpoint::dir(const Trainer& t) const {
 }
 
 std::string ModelCheckpoint::last_model_path_on_disk(const Trainer& t) const {
-  // As Lightning's "last": the newest of last.ckpt and its versions (last-v1.ckpt, ...), which a
-  // run writes when an earlier run's last.ckpt is in the folder.
-  static const std::regex last_name(R"(^last(-v[0-9]+)?\.ckpt$)");
-  std::error_code ec;
-  std::string newest, dangling;
-  fs::file_time_type newest_time{};
-  for (const auto& e : fs::directory_iterator(dir(t), ec)) {
-    const std::string name = e.path().filename().string();
-    if (!std::regex_match(name, last_name)) continue;
-    std::error_code tec;
-    const auto when = fs::last_write_time(e.path(), tec);  // follows a link
-    if (tec) {
-      if (fs::is_symlink(e.path(), tec)) dangling = e.path().string();
-      continue;
-    }
-    // Equal times (a coarse clock): the higher version is the later one.
-    const bool later =
-        newest.empty() || when > newest_time ||
-        (when == newest_time &&
-         (name.size() > fs::path(newest).filename().string().size() ||
-          (name.size() == fs::path(newest).filename().string().size() && name > fs::path(newest).filename().string())));
-    if (later) {
-      newest = e.path().string();
-      newest_time = when;
-    }
-  }
-  if (newest.empty() && !dangling.empty()) {
-    std::error_code rec;
-    throw CheckpointError(detail::str_cat("'", dangling, "' is a link to '", fs::read_symlink(dangling, rec).string(),
-                                          "', which no longer exists; resume from another checkpoint in '", dir(t),
-                                          "'"));
-  }
-  if (newest.empty() || !fs::is_symlink(newest, ec)) return newest;
-  const std::string target = fs::canonical(newest, ec).string();  // resume from the link's target
-  return ec ? newest : target;
+  return detail::newest_last_checkpoint(dir(t));
 }
-
-namespace {
-/// "<name>.tmp.<pid>" of a process that no longer runs: what an interrupted atomic write left.
-bool stale_temp(const std::string& name) {
-  const auto at = name.rfind(".tmp.");
-  if (at == std::string::npos) return false;
-  const std::string pid = name.substr(at + 5);
-  if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return false;
-  return ::kill(static_cast<pid_t>(std::stoll(pid)), 0) != 0 && errno == ESRCH;
-}
-
-/// The checkpoint folders this process has locked, by canonical path: the ModelCheckpoints of one
-/// Trainer share a folder's lock (flock excludes a second descriptor even in the same process).
-std::mutex folder_locks_mutex;
-std::map<std::string, std::weak_ptr<ModelCheckpoint::FolderLock>> folder_locks;
-
-/// Rank 0's part of setup: lock, clean, warn. Returns "" or the reason the run cannot use `d`.
-std::string prepare_dir(const std::string& d, const Trainer* owner, bool version_counter,
-                        std::shared_ptr<ModelCheckpoint::FolderLock>& lock) {
-  std::error_code ec;
-  fs::create_directories(d, ec);
-  if (ec) return "cannot create the checkpoint folder '" + d + "': " + ec.message();
-  std::lock_guard<std::mutex> guard(folder_locks_mutex);
-  const std::string key = fs::weakly_canonical(d, ec).string();
-  if (auto held = folder_locks[key].lock()) {
-    if (held->owner != owner)
-      return "another Trainer of this process is writing checkpoints to '" + d +
-             "'; give this run its own trainer.default_root_dir (or ModelCheckpoint.dirpath)";
-    lock = held;  // another ModelCheckpoint of this run: the folder is already prepared
-    return {};
-  }
-  auto fresh = std::make_shared<ModelCheckpoint::FolderLock>();
-  fresh->owner = owner;
-  const std::string held = fresh->lock.try_lock(d);
-  if (!held.empty())
-    return "another run is writing checkpoints to '" + d + "' (its lock is " + held +
-           "); give this run its own trainer.default_root_dir (or ModelCheckpoint.dirpath)";
-  folder_locks[key] = fresh;
-  lock = std::move(fresh);
-  bool earlier = false;
-  for (const auto& e : fs::directory_iterator(d, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0) {
-      spdlog::warn("Removing '{}': an interrupted save left it (the checkpoint it was replacing is intact)",
-                   e.path().string());
-      detail::remove_tree(e.path().string());
-    } else if (stale_temp(name)) {
-      spdlog::warn("Removing '{}': an interrupted save left it", e.path().string());
-      detail::remove_tree(e.path().string());
-    } else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".ckpt") == 0) {
-      earlier = true;
-    }
-  }
-  if (earlier)
-    spdlog::warn("Checkpoint folder '{}' already holds checkpoints of an earlier run; {}", d,
-                 version_counter ? "a checkpoint of this run whose name is taken gets a version suffix (-v1, -v2, ...; "
-                                   "last.ckpt too: ckpt_path=last takes the newest)"
-                                 : "this run replaces those of the same name (last.ckpt among them)");
-  return {};
-}
-}  // namespace
 
 void ModelCheckpoint::setup(Trainer& t, LightningModule&, const std::string& stage) {
   last_time_save_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -225,7 +70,8 @@ void ModelCheckpoint::setup(Trainer& t, LightningModule&, const std::string& sta
   if (!fitting_) return;
   // Rank 0 decides; every rank learns the outcome, so all fail together rather than some waiting.
   const std::string error = from_rank0(
-      t, t.is_global_zero() ? prepare_dir(dir(t), &t, options_.enable_version_counter, lock_) : std::string());
+      t, t.is_global_zero() ? detail::prepare_checkpoint_folder(dir(t), &t, options_.enable_version_counter, lock_)
+                            : std::string());
   VOLT_CHECK(error.empty(), CheckpointError, error);
 }
 
@@ -236,65 +82,9 @@ void ModelCheckpoint::teardown(Trainer&, LightningModule&, const std::string&) {
 
 void ModelCheckpoint::on_exception(Trainer&, LightningModule&, const std::exception&) { lock_.reset(); }
 
-namespace {
-const std::regex& filename_field() {
-  static const std::regex field(R"(\{([A-Za-z0-9_/]+)(:[^}]*)?\})");
-  return field;
-}
-
-/// Python's format spec for numbers, the subset filenames use: [0][width][.precision][type], type one
-/// of d f e E g G (e.g. "02d", ".2f", "8.3e"). Returns the printf conversion for a double ("" if
-/// `spec` is not of that form). Integers ("d", or no type for epoch and step) print without decimals.
-std::string printf_spec(const std::string& spec, bool integer) {
-  static const std::regex form(R"(^(0?)([0-9]{0,3})(\.[0-9]{1,2})?([dfeEgG]?)$)");
-  std::smatch m;
-  if (!std::regex_match(spec, m, form)) return {};
-  std::string type = m[4];
-  if (type.empty()) type = integer ? "d" : (m[3].matched ? "f" : "");
-  if (type == "d") return m[3].matched ? std::string() : "%" + std::string(m[1]) + std::string(m[2]) + ".0f";
-  if (type.empty()) return "%" + std::string(m[1]) + std::string(m[2]) + ".4f";
-  return "%" + std::string(m[1]) + std::string(m[2]) + std::string(m[3]) + type;
-}
-}  // namespace
-
-void detail::check_checkpoint_filename(const std::string& filename) {
-  for (auto it = std::sregex_iterator(filename.begin(), filename.end(), filename_field()); it != std::sregex_iterator();
-       ++it) {
-    const std::string key = (*it)[1];
-    if (!(*it)[2].matched) continue;
-    const std::string spec = std::string((*it)[2]).substr(1);
-    VOLT_CHECK(!printf_spec(spec, key == "epoch" || key == "step").empty(), ConfigError,
-               "ModelCheckpoint.filename: unsupported format spec '", spec, "' for '", key,
-               "'; use [0][width][.precision][type] with type d, f, e or g (e.g. {epoch:02d}, {val_loss:.2f})");
-  }
-}
-
 std::string ModelCheckpoint::format_name(const Trainer& t) const {
-  // "{epoch}-{step}-{val_loss:.2f}" -> "epoch=3-step=120-val_loss=0.53", as Lightning.
-  std::string out;
-  size_t last = 0;
-  for (auto it = std::sregex_iterator(options_.filename.begin(), options_.filename.end(), filename_field());
-       it != std::sregex_iterator(); ++it) {
-    out += options_.filename.substr(last, it->position() - last);
-    const std::string key = (*it)[1];
-    const std::string spec = (*it)[2].matched ? std::string((*it)[2]).substr(1) : std::string();
-    const bool integer = key == "epoch" || key == "step";
-    double v = NAN;
-    if (integer) {
-      v = static_cast<double>(key == "epoch" ? t.current_epoch() : t.global_step());
-    } else {
-      auto m = t.callback_metrics().find(key);
-      if (m != t.callback_metrics().end()) v = m->second;
-    }
-    // The spec was checked at construction (check_checkpoint_filename): only numeric conversions.
-    const std::string f = spec.empty() ? (integer ? "%.0f" : "%.4f") : printf_spec(spec, integer);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f.c_str(), v);
-    out += (options_.auto_insert_metric_name ? key + "=" : std::string()) + buf;
-    last = it->position() + it->length();
-  }
-  out += options_.filename.substr(last);
-  return out;
+  return detail::format_checkpoint_name(options_.filename, options_.auto_insert_metric_name, t.current_epoch(),
+                                        t.global_step(), t.callback_metrics());
 }
 
 std::string ModelCheckpoint::free_path(Trainer& t, const std::string& stem, const std::string& keep) const {

@@ -7,6 +7,9 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <functional>
+#include <memory>
+
 #define VOLT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -260,5 +263,45 @@ class DeviceMark {
 #ifdef VOLT_WITH_CUDA
   std::shared_ptr<c10::Event> event_;
 #endif
+};
+}  // namespace volt::compat
+
+namespace volt::compat {
+/// Whether this build can capture CUDA graphs (CUDA builds: at::cuda::CUDAGraph, the same API in
+/// LibTorch 1.13 and 2.x).
+#ifdef VOLT_WITH_CUDA
+inline constexpr bool kCudaGraphs = true;
+#else
+inline constexpr bool kCudaGraphs = false;
+#endif
+
+/// A CUDA graph: the kernels a function queues on one device, recorded once and replayed with one
+/// launch. Defined in core/cuda_graph.cpp; in a build without CUDA the constructor throws.
+///
+/// Ownership: the graph owns its private memory pool (shared with `share_pool_with`'s when given:
+/// safe only when the graphs are replayed in the order they were captured). Thread-safety: one
+/// thread; the caller keeps every tensor the graph reads or writes alive as long as the graph.
+class CudaGraph {
+ public:
+  /// `share_pool_with` must outlive this graph.
+  explicit CudaGraph(const at::Device& device, const CudaGraph* share_pool_with = nullptr);
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  /// Runs `fn` on a side stream, ordered after the work queued so far and before what comes next
+  /// (warm-up iterations before a capture, as torch.cuda.make_graphed_callables runs them).
+  void run_on_side_stream(const std::function<void()>& fn) const;
+  /// Records the device work `fn` queues: its host code runs once, now; its kernels run at each
+  /// replay(), not now. A host synchronization inside `fn` (.item(), a data-dependent shape) makes
+  /// the capture fail: the error is rethrown as a c10::Error saying so, with the capture ended.
+  void capture(const std::function<void()>& fn);
+  /// Queues the recorded kernels on the current stream.
+  void replay();
+  bool captured() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 }  // namespace volt::compat

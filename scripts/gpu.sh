@@ -128,7 +128,7 @@ if [[ $steps == *" test "* ]]; then
 fi
 
 if [[ $steps == *" bench "* ]]; then
-  for v in ${VOLT_GPU_VARIANTS:-fsdp fsdp_ac ddp fsdp_offload fsdp_fp16}; do
+  for v in ${VOLT_GPU_VARIANTS:-fsdp fsdp_ac ddp ddp+graph fsdp_offload fsdp_fp16}; do
     # shellcheck disable=SC2086
     run timeout 300 "$bdir/bench/bench_gpu" "$data/wikitext-2" "$out/bench.jsonl" "$v" ${VOLT_GPU_BENCH_ARGS:-} \
       >>"$out/bench.log" 2>&1 || { echo "bench_gpu $v failed:"; tail -5 "$out/bench.log"; rc=1; }

@@ -1,60 +1,20 @@
 #include "volt/strategies/activation_checkpointing.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/torch.h>
 
-#include <mutex>
-
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/strategies/module_policy.h"
+#include "volt/strategies/rng_snapshot.h"
 
 namespace volt {
 
 namespace {
 
-/// The default generators' states: the CPU one and that of every CUDA device the inputs live on.
-struct RngSnapshot {
-  std::vector<std::pair<at::Generator, torch::Tensor>> states;
-
-  static RngSnapshot capture(const TensorVec& inputs) {
-    std::vector<at::Generator> gens{at::detail::getDefaultCPUGenerator()};
-    for (const auto& t : inputs) {
-      if (!t.defined() || !t.is_cuda()) continue;
-      at::Generator g = at::globalContext().defaultGenerator(t.device());
-      bool seen = false;
-      for (const auto& h : gens) seen = seen || h == g;
-      if (!seen) gens.push_back(g);
-    }
-    RngSnapshot s;
-    for (auto& g : gens) {
-      std::lock_guard<std::mutex> lock(g.mutex());
-      s.states.emplace_back(g, g.get_state());
-    }
-    return s;
-  }
-  /// The current states of the same generators.
-  RngSnapshot now() const {
-    RngSnapshot s;
-    for (const auto& [g, st] : states) {
-      at::Generator gen = g;
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      s.states.emplace_back(gen, gen.get_state());
-    }
-    return s;
-  }
-  void restore() const {
-    for (const auto& [g, st] : states) {
-      at::Generator gen = g;
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(st);
-    }
-  }
-};
+using detail::RngSnapshot;
 
 class CheckpointBackward : public torch::autograd::Node {
  public:

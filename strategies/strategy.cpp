@@ -13,6 +13,7 @@
 #include "volt/module/lightning_module.h"
 #include "volt/optim/fused_adam.h"
 #include "volt/strategies/activation_checkpointing.h"
+#include "volt/strategies/cuda_graphs/cuda_graphs.h"
 
 namespace volt {
 
@@ -37,9 +38,38 @@ void Strategy::setup_module(LightningModule& module) {
   precision_.convert_module(module);
   const size_t n = apply_activation_checkpointing(module, ac_policy_, ac_key_);
   if (n > 0) spdlog::info("Activation checkpointing on {} module(s)", n);
+  if (cuda_graphs_on_) setup_cuda_graphs(module);
 }
 
-void Strategy::teardown(LightningModule& module) { remove_activation_checkpointing(module); }
+std::string Strategy::cuda_graph_unsupported_reason() const {
+  if (accelerator_ != "cuda")
+    return detail::str_cat("CUDA graphs record GPU kernels, and this run's accelerator is ", accelerator_,
+                           "; set trainer.accelerator: cuda, or turn trainer.cuda_graph off");
+  if (!ac_policy_.empty())
+    return "activation checkpointing recomputes forwards inside backward, which a captured backward cannot "
+           "contain; remove trainer.strategy.activation_checkpointing_policy";
+  return {};
+}
+
+void Strategy::setup_cuda_graphs(LightningModule& module) {
+  cuda_graphs_ = std::make_shared<detail::CudaGraphs>(detail::make_graph_recorder(root_device()));
+  const size_t n = cuda_graphs_->apply(module);
+  VOLT_CHECK(n > 0, ConfigError,
+             "config key 'trainer.cuda_graph': the model has no module to capture. volt graphs the outermost "
+             "HookedModules (wrap the layers with volt::hooked(...) or derive them from volt::HookedModule, as the "
+             "demo and LlamaLM do)");
+  spdlog::info("CUDA graphs on {} module(s): each is captured at its first training call", n);
+}
+
+void Strategy::teardown(LightningModule& module) {
+  if (cuda_graphs_) {
+    const auto stats = cuda_graphs_->stats();
+    if (stats.captured > 0 || stats.eager > 0) spdlog::info("{}", cuda_graphs_->summary());
+    cuda_graphs_->remove(module);
+    cuda_graphs_.reset();
+  }
+  remove_activation_checkpointing(module);
+}
 
 void Strategy::set_activation_checkpointing(ModulePolicy policy, std::string config_key) {
   ac_policy_ = std::move(policy);
@@ -83,6 +113,7 @@ torch::Tensor Strategy::all_gather(const torch::Tensor& t, bool sync_grads) {
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
   auto scope = profile(profiler_, "training_step");
   auto guard = precision_.forward_guard(accelerator_ == "cuda");
+  auto graphs = cuda_graphs_ ? cuda_graphs_->step() : detail::CudaGraphs::Step();
   return module.training_step(batch, batch_idx);
 }
 

@@ -28,6 +28,9 @@
 namespace volt {
 
 class LightningModule;
+namespace detail {
+class CudaGraphs;
+}
 
 class Strategy {
  public:
@@ -51,6 +54,12 @@ class Strategy {
   virtual void set_clip_value_in_backward(std::optional<double> value) {}
   /// An empty string means the strategy can run this precision; otherwise the reason it cannot.
   virtual std::string precision_unsupported_reason(const Precision&) const { return {}; }
+  /// An empty string means trainer.cuda_graph can run with this strategy as configured; otherwise
+  /// the reason it cannot (asked before setup_module when cuda graphs are on).
+  virtual std::string cuda_graph_unsupported_reason() const;
+  /// trainer.cuda_graph (strategies/cuda_graphs/cuda_graphs.h): setup_module installs the graphs,
+  /// training_step counts each step's calls, teardown removes them. Set before setup_module.
+  void enable_cuda_graphs(bool on) { cuda_graphs_on_ = on; }
 
   // ---- environment ------------------------------------------------------------------------
   /// Creates process groups etc. Called once, before the model is touched.
@@ -180,6 +189,8 @@ class Strategy {
   virtual void after_optimizer_step() {}
   /// Sum of a local squared norm across the ranks that hold different gradient pieces.
   virtual double reduce_grad_norm_sq(double local) { return local; }
+  /// Installs trainer.cuda_graph's interceptors on the module (from setup_module).
+  void setup_cuda_graphs(LightningModule& module);
 
   Precision precision_;
   std::string accelerator_;
@@ -188,6 +199,8 @@ class Strategy {
   std::unique_ptr<StateComm> state_comm_;
   Profiler* profiler_ = nullptr;  // borrowed from the Trainer
   std::string ac_key_ = "trainer.strategy.activation_checkpointing_policy";
+  bool cuda_graphs_on_ = false;
+  std::shared_ptr<detail::CudaGraphs> cuda_graphs_;  // while set up, with cuda_graphs_on_
 };
 
 namespace detail {

@@ -3,28 +3,13 @@
 #include <torch/torch.h>
 
 #include "volt/core/errors.h"
+#include "volt/trainer/rank_zero.h"
 
 namespace volt {
 
 void DataConnector::prepare(LightningDataModule& data, const std::string& stage) {
-  std::string error;
-  std::exception_ptr original;
-  if (strategy_.is_global_zero()) {
-    try {
-      data.prepare_data();
-    } catch (const std::exception& e) {
-      error = e.what();
-      original = std::current_exception();
-    }
-  }
-  // The other ranks wait for rank 0's files; a failure there fails every rank with its message
-  // (rank 0 with its own error, of its own type).
-  try {
-    detail::agree_or_throw(strategy_, error, "the data module's prepare_data()");
-  } catch (const CheckpointError& e) {
-    if (original) std::rethrow_exception(original);
-    throw DataError(e.what());
-  }
+  detail::run_on_global_zero(
+      strategy_, [&] { data.prepare_data(); }, "the data module's prepare_data()");
   data.setup(stage);
 }
 

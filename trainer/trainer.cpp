@@ -17,6 +17,7 @@
 #include "volt/core/errors.h"
 #include "volt/core/signals.h"
 #include "volt/strategies/parallel_strategy.h"
+#include "volt/trainer/rank_zero.h"
 #include "volt/trainer/strategy_factory.h"
 
 namespace volt {
@@ -95,6 +96,11 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
                options_.gradient_clip_algorithm);
   const std::string why = strategy_->precision_unsupported_reason(strategy_->precision());
   VOLT_CHECK(why.empty(), ConfigError, "config key 'trainer.precision': ", why);
+  if (options_.cuda_graph) {
+    const std::string graph_why = strategy_->cuda_graph_unsupported_reason();
+    VOLT_CHECK(graph_why.empty(), ConfigError, "config key 'trainer.cuda_graph': ", graph_why);
+  }
+  strategy_->enable_cuda_graphs(options_.cuda_graph);
 
   strategy_->setup_environment();
   spdlog::set_pattern(strategy_->world_size() > 1
@@ -138,23 +144,8 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
 
 void Trainer::prepare_module_data(LightningModule& module) {
   if (data_prepared_for_ == &module) return;
-  std::string error;
-  std::exception_ptr original;
-  if (strategy_->is_global_zero()) {
-    try {
-      module.prepare_data();
-    } catch (const std::exception& e) {
-      error = e.what();
-      original = std::current_exception();
-    }
-  }
-  // The other ranks wait for rank 0's files; a failure there fails every rank with its message.
-  try {
-    detail::agree_or_throw(*strategy_, error, "the module's prepare_data()");
-  } catch (const CheckpointError& e) {
-    if (original) std::rethrow_exception(original);
-    throw DataError(e.what());
-  }
+  detail::run_on_global_zero(
+      *strategy_, [&] { module.prepare_data(); }, "the module's prepare_data()");
   data_prepared_for_ = &module;
 }
 

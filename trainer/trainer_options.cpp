@@ -30,6 +30,9 @@ void TrainerOptions::validate() {
     VOLT_CHECK(devices <= std::max<int64_t>(gpus, 1) * 8, ConfigError, "config key 'trainer.devices': ", devices,
                " processes for ", gpus, " visible GPU(s)");
   }
+  VOLT_CHECK(!cuda_graph || !detect_anomaly, ConfigError,
+             "config key 'trainer.cuda_graph': detect_anomaly checks each operation's output on the host, which a "
+             "captured graph cannot do; turn one of them off");
   VOLT_CHECK(num_nodes >= 1, ConfigError, "config key 'trainer.num_nodes': must be >= 1, got ", num_nodes);
   VOLT_CHECK(max_restarts >= 0 && max_restarts <= 1000, ConfigError,
              "config key 'trainer.max_restarts': must be from 0 to 1000, got ", max_restarts);

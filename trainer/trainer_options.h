@@ -118,6 +118,11 @@ struct TrainerOptions {
   /// LibTorch's anomaly detection during fit: backward names the forward operation whose gradient
   /// turned nan (slow; for debugging), as Lightning's detect_anomaly.
   bool detect_anomaly = false;
+  /// Each training step's forward and backward of the model's outermost HookedModules run as CUDA
+  /// graphs, captured at the first step and replayed after (strategies/cuda_graphs/cuda_graphs.h):
+  /// fewer kernel launches for small steps. Needs accelerator cuda and static shapes (drop_last);
+  /// refused with FSDP, activation checkpointing and detect_anomaly.
+  bool cuda_graph = false;
   /// SLURM auto-requeue (trainer/slurm_requeue.h), Lightning's SLURMEnvironment plugin.
   SLURMOptions slurm;
   /// Stops fit once this much time is spent training ("DD:HH:MM:SS" or {days, hours, minutes,
@@ -146,8 +151,8 @@ struct TrainerOptions {
         "log_every_n_steps", log_every_n_steps)("default_root_dir", default_root_dir)(
         "enable_checkpointing", enable_checkpointing)("enable_progress_bar", enable_progress_bar)(
         "enable_model_summary", enable_model_summary)("logger", logger)("seed", seed)("deterministic", deterministic)(
-        "detect_anomaly", detect_anomaly)("slurm", slurm)("max_time", max_time)("fast_dev_run", fast_dev_run)(
-        "overfit_batches", overfit_batches)("profiler", profiler);
+        "detect_anomaly", detect_anomaly)("cuda_graph", cuda_graph)("slurm", slurm)("max_time", max_time)(
+        "fast_dev_run", fast_dev_run)("overfit_batches", overfit_batches)("profiler", profiler);
   }
   /// Checks every value and normalizes names; throws ConfigError naming the key.
   void validate();

@@ -2,12 +2,14 @@
 // same way as bench/gpu/lightning_fsdp.py times Lightning (median step over the timed steps, host
 // clock after a device synchronize). Appends one JSON line per run to OUT_JSON.
 // usage: bench_gpu DATA_DIR OUT_JSON VARIANT [--ninp 1024 --nhead 64 --nhid 4096 --nlayers 32
-//        --batch 8 --block 256 --steps 30 --warmup 5 --in_backward 0]
+//        --batch 8 --block 256 --steps 30 --warmup 5 --in_backward 0 --cuda_graph 0 --profile 0]
 //        With --llm 1, the LLM workload's Llama decoder (demos/llm/) on random tokens instead, shaped by
 //        [--hidden 2048 --layers 16 --heads 16 --kv_heads 8 --ffn 8192 --vocab 32000 --tied 0]
 //        (configs/llm/1b.yaml; bench/gpu/lightning_llm.py trains the same model in Lightning).
 // VARIANT: fsdp | fsdp_ac | fsdp_offload | fsdp_fp16 (16-mixed) | ddp | single, each fsdp one also
-// with "+oib" (or --in_backward 1): FSDP's optimizer_in_backward (the row's strategy keeps "+oib").
+// with "+oib" (or --in_backward 1): FSDP's optimizer_in_backward (the row's strategy keeps "+oib");
+// ddp and single also with "+graph" (or --cuda_graph 1): trainer.cuda_graph. --profile N runs N more
+// steps after the timed ones under LibTorch's profiler and prints where their time went.
 //
 // Parameters are counted by shape when training starts (FSDP has sharded them by then and frees
 // them after fit); FLOPs per token as torchtitan counts them (profiler/model_flops.h: 6 per
@@ -33,6 +35,7 @@
 #include "volt/demos/wikitext2_data.h"
 #include "volt/optim/fused_adam.h"
 #include "volt/profiler/model_flops.h"
+#include "volt/profiler/op_summary.h"
 #include "volt/trainer/trainer.h"
 
 using namespace volt;
@@ -40,7 +43,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 struct StepTimer : Callback {
-  explicit StepTimer(int64_t warmup) : warmup(warmup) {}
+  StepTimer(int64_t warmup, int64_t steps) : warmup(warmup), end(warmup + steps) {}
   std::string state_key() const override { return "StepTimer"; }
   // By shape, once the model is built and set up (configure_model; FSDP has sharded it by now and
   // gives it back as empty tensors after fit).
@@ -51,12 +54,35 @@ struct StepTimer : Callback {
   }
   void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor&, const Batch&, int64_t i) override {
     torch::cuda::synchronize();
-    if (i >= warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (i >= warmup && i < end) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  int64_t warmup;
+  int64_t warmup, end;
   Clock::time_point t0;
   std::vector<double> times;
   ParameterCount params;
+};
+
+/// With --profile N: the N steps after the timed ones under LibTorch's profiler (profiler/op_summary.h),
+/// whose table goes to stdout and PATH.txt, and the Chrome trace to PATH.json (with Kineto).
+struct ProfileSteps : Callback {
+  ProfileSteps(int64_t first, int64_t n, std::string path) : first(first), n(n), path(std::move(path)) {}
+  std::string state_key() const override { return "ProfileSteps"; }
+  void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t i) override {
+    if (i != first) return;
+    torch::cuda::synchronize();
+    summary.start(/*cuda=*/true);
+  }
+  void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor&, const Batch&, int64_t i) override {
+    if (i != first + n - 1 || !summary.running()) return;
+    torch::cuda::synchronize();
+    const bool trace = summary.stop(path + ".json");
+    const std::string table = summary.table(25, n);
+    std::printf("%s%s\n", table.c_str(), trace ? ("trace: " + path + ".json").c_str() : "no trace (no Kineto)");
+    std::ofstream(path + ".txt") << table;
+  }
+  int64_t first, n;
+  std::string path;
+  OpSummary summary;
 };
 
 /// Peak resident memory of this process (VmHWM), in bytes.
@@ -105,14 +131,16 @@ int main(int argc, char** argv) {
   std::map<std::string, int64_t> a = {
       {"ninp", 1024}, {"nhead", 64},   {"nhid", 4096},     {"nlayers", 32},  {"batch", 8},     {"block", 256},
       {"steps", 30},  {"warmup", 5},   {"in_backward", 0}, {"llm", 0},       {"hidden", 2048}, {"layers", 16},
-      {"heads", 16},  {"kv_heads", 8}, {"ffn", 8192},      {"vocab", 32000}, {"tied", 0}};
+      {"heads", 16},  {"kv_heads", 8}, {"ffn", 8192},      {"vocab", 32000}, {"tied", 0},      {"cuda_graph", 0}};
   for (int i = 4; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = std::stoll(argv[i + 1]);
-  // "fsdp_offload+oib": the variant with optimizer_in_backward, as --in_backward 1.
-  const std::string oib = "+oib";
-  if (variant.size() > oib.size() && variant.compare(variant.size() - oib.size(), oib.size(), oib) == 0) {
-    variant.resize(variant.size() - oib.size());
-    a["in_backward"] = 1;
-  }
+  // Suffixes: "fsdp_offload+oib" is the variant with optimizer_in_backward (as --in_backward 1);
+  // "ddp+graph" the variant with trainer.cuda_graph (as --cuda_graph 1).
+  for (const auto& [suffix, key] :
+       {std::pair<std::string, std::string>{"+graph", "cuda_graph"}, {"+oib", "in_backward"}})
+    if (variant.size() > suffix.size() && variant.compare(variant.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      variant.resize(variant.size() - suffix.size());
+      a[key] = 1;
+    }
   spdlog::set_level(spdlog::level::warn);
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "bench_gpu: no CUDA device\n");
@@ -141,13 +169,14 @@ int main(int argc, char** argv) {
   t.accelerator = "cuda";
   t.devices = 1;
   t.precision = "bf16-mixed";
-  t.max_steps = a["warmup"] + a["steps"];
+  t.max_steps = a["warmup"] + a["steps"] + a["profile"];
   t.enable_progress_bar = false;
   t.enable_model_summary = false;
   t.enable_checkpointing = false;
   t.num_sanity_val_steps = 0;
   t.logger = false;
   t.seed = 42;
+  t.cuda_graph = a["cuda_graph"] != 0;
   const bool llm = a["llm"] != 0;
   if (llm) t.gradient_clip_val = 1.0;  // the LLM recipe, as bench/gpu/lightning_llm.py clips
   const ModulePolicy layers = llm ? ModulePolicy{{"LlamaDecoderLayer"}, 0, nullptr}
@@ -168,7 +197,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   compat::cuda_reset_peak(0);
-  auto timer = std::make_shared<StepTimer>(a["warmup"]);
+  auto timer = std::make_shared<StepTimer>(a["warmup"], a["steps"]);
+  std::vector<std::shared_ptr<Callback>> callbacks{timer};
+  if (a["profile"] > 0)
+    callbacks.push_back(std::make_shared<ProfileSteps>(
+        a["warmup"] + a["steps"], a["profile"],
+        out + ".profile-" + variant + (t.cuda_graph ? "+graph" : "") + (llm ? "-llm" : "")));
   demos::LlamaLMOptions lopt;
   lopt.vocab_size = a["vocab"];
   lopt.hidden_size = a["hidden"];
@@ -187,7 +221,7 @@ int main(int argc, char** argv) {
   HostBufferStats host;
   int64_t optimizer_state_bytes = 0;
   {
-    Trainer trainer(t, {timer});
+    Trainer trainer(t, callbacks);
     DataLoaderOptions lo;
     lo.batch_size = a["batch"];
     auto loader = llm ? std::make_shared<DataLoader>(
@@ -212,7 +246,8 @@ int main(int argc, char** argv) {
   const bool offload = t.strategy.fsdp.cpu_offload && t.strategy.name == "fsdp";
   const double host_per_state =
       offload ? (static_cast<double>(host.peak_held) + static_cast<double>(optimizer_state_bytes)) / state_bytes : 0;
-  const std::string strategy = variant + (t.strategy.fsdp.optimizer_in_backward ? "+oib" : "");
+  const std::string strategy =
+      variant + (t.cuda_graph ? "+graph" : "") + (t.strategy.fsdp.optimizer_in_backward ? "+oib" : "");
   char row[1536];
   std::snprintf(row, sizeof row,
                 "{\"framework\": \"volt\", \"model\": \"%s\", \"strategy\": \"%s\", \"params\": %lld, "

@@ -152,6 +152,12 @@ void FSDPStrategy::run_optimizer_step(torch::optim::Optimizer& optimizer) {
 // ---------------------------------------------------------------------------------------------
 // steps: fsdp_schedule.h gathers, frees and reduces
 
+std::string FSDPStrategy::cuda_graph_unsupported_reason() const {
+  return "FSDP gathers each unit's parameters into memory it frees after use and allocates again at the next "
+         "gather, while a captured graph reads the memory it was captured with. Use strategy: ddp (or "
+         "single_device) for CUDA graphs, or turn trainer.cuda_graph off";
+}
+
 torch::Tensor FSDPStrategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
   schedule_->begin_training_step();
   if (module.automatic_optimization) return Strategy::training_step(module, batch, batch_idx);

@@ -58,6 +58,8 @@ class FSDPStrategy : public ParallelStrategy {
   FSDPStrategy(Precision precision, std::string accelerator, int64_t devices, int64_t num_nodes, FSDPOptions options);
   ~FSDPStrategy() override;
   std::string name() const override { return "fsdp"; }
+  /// FSDP gathers each unit's parameters into memory it frees after use: a graph cannot follow.
+  std::string cuda_graph_unsupported_reason() const override;
 
   void setup_environment() override;
   /// (replicate, shard): see fsdp_mesh.h.
