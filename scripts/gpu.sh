@@ -16,6 +16,8 @@
 #                         instead of ctest
 #   VOLT_CTEST_ARGS       extra ctest arguments (e.g. "-R CUDA") when VOLT_CATCH_FILTER is unset
 #   VOLT_GPU_VARIANTS, VOLT_LIGHTNING_VARIANTS, VOLT_GPU_BENCH_ARGS: the bench rows and their shape
+#   VOLT_GPU_PROFILE=N    volt's rows also run N steps under LibTorch's profiler after the timed ones
+#                         and print the kernels by time (OUT/bench.jsonl.profile-<variant>.txt)
 #   VOLT_GPU_DRY_RUN=1    print the commands instead of running them (tests/scripts checks them)
 set -uo pipefail
 out=${1:?usage: scripts/gpu.sh OUTDIR [build] [test] [bench] [lightning]}
@@ -131,6 +133,7 @@ if [[ $steps == *" bench "* ]]; then
   for v in ${VOLT_GPU_VARIANTS:-fsdp fsdp_ac ddp ddp+graph fsdp_offload fsdp_fp16}; do
     # shellcheck disable=SC2086
     run timeout 300 "$bdir/bench/bench_gpu" "$data/wikitext-2" "$out/bench.jsonl" "$v" ${VOLT_GPU_BENCH_ARGS:-} \
+      ${VOLT_GPU_PROFILE:+--profile "$VOLT_GPU_PROFILE"} \
       >>"$out/bench.log" 2>&1 || { echo "bench_gpu $v failed:"; tail -5 "$out/bench.log"; rc=1; }
   done
 fi
