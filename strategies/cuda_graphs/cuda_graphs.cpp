@@ -28,9 +28,9 @@ size_t CudaGraphs::apply(torch::nn::Module& root) {
   for (auto& [path, h] : picked) {
     if (h->has_interceptor(kName)) continue;
     h->add_interceptor(shared_from_this(), kPriority);
-    modules_[h].name = path;
+    index_[h] = modules_.size();
+    modules_.push_back(PerModule{path, h->parameters()});
   }
-  stats_.modules = static_cast<int64_t>(modules_.size());
   return picked.size();
 }
 
@@ -39,12 +39,13 @@ void CudaGraphs::remove(torch::nn::Module& root) {
   for (const auto& m : root.modules(/*include_self=*/false))
     if (auto* h = dynamic_cast<HookedModule*>(m.get())) h->remove_interceptors(kName);
   modules_.clear();
+  index_.clear();
 }
 
 CudaGraphs::Step::Step(CudaGraphs* graphs) : graphs_(graphs) {
   TORCH_INTERNAL_ASSERT(!graphs_->in_step_, "CudaGraphs::Step nested");
   graphs_->in_step_ = true;
-  for (auto& kv : graphs_->modules_) kv.second.next_call = 0;
+  for (auto& m : graphs_->modules_) m.next_call = 0;
 }
 
 CudaGraphs::Step::~Step() {
@@ -61,20 +62,20 @@ torch::Tensor CudaGraphs::eager(PerModule& m, const TensorVec& inputs, const For
 }
 
 torch::Tensor CudaGraphs::around(torch::nn::Module& module, const TensorVec& inputs, const ForwardFn& next) {
-  auto it = modules_.find(&module);
+  auto it = index_.find(&module);
   // Outside training steps (validation, predict, a forward of the user's own) nothing is graphed.
-  if (it == modules_.end() || !in_step_ || !torch::GradMode::is_enabled() || c10::InferenceMode::is_enabled() ||
+  if (it == index_.end() || !in_step_ || !torch::GradMode::is_enabled() || c10::InferenceMode::is_enabled() ||
       !module.is_training())
     return next(inputs);
-  PerModule& m = it->second;
+  PerModule& m = modules_[it->second];
   bool needs_grad = false;
   for (const auto& t : inputs) needs_grad = needs_grad || (t.defined() && t.requires_grad());
-  for (const auto& p : module.parameters()) needs_grad = needs_grad || p.requires_grad();
+  for (const auto& p : m.params) needs_grad = needs_grad || p.requires_grad();
   if (!needs_grad) return next(inputs);  // nothing to backward: a frozen module on frozen inputs
   const size_t k = m.next_call++;
   if (k == m.calls.size()) {
     auto call = std::make_shared<GraphedCall>(module, k == 0 ? m.name : detail::str_cat(m.name, " (call ", k + 1, ")"),
-                                              *recorder_);
+                                              m.params, *recorder_);
     call->capture(inputs, next);
     m.calls.push_back(std::move(call));
     ++stats_.captured;
@@ -92,10 +93,10 @@ torch::Tensor CudaGraphs::around(torch::nn::Module& module, const TensorVec& inp
 
 std::string CudaGraphs::summary() const {
   std::string s =
-      detail::str_cat("CUDA graphs (", recorder_->kind(), ") on ", stats_.modules, " module(s): ", stats_.captured,
+      detail::str_cat("CUDA graphs (", recorder_->kind(), ") on ", modules_.size(), " module(s): ", stats_.captured,
                       " call(s) captured, ", stats_.replayed, " replayed, ", stats_.eager, " ran eagerly");
-  for (const auto& kv : modules_)
-    if (!kv.second.eager_reason.empty()) s += detail::str_cat("; '", kv.second.name, "': ", kv.second.eager_reason);
+  for (const auto& m : modules_)
+    if (!m.eager_reason.empty()) s += detail::str_cat("; '", m.name, "': ", m.eager_reason);
   return s;
 }
 

@@ -70,13 +70,18 @@ class CudaGraphs : public ForwardInterceptor, public std::enable_shared_from_thi
     int64_t replayed = 0;  ///< calls replayed (the first run after a capture included)
     int64_t eager = 0;     ///< training calls inside a step that ran eagerly
   };
-  Stats stats() const { return stats_; }
+  Stats stats() const {
+    Stats s = stats_;
+    s.modules = static_cast<int64_t>(modules_.size());
+    return s;
+  }
   /// One line for the log: the counts, and why calls ran eagerly.
   std::string summary() const;
 
  private:
   struct PerModule {
     std::string name;
+    std::vector<torch::Tensor> params;                // module.parameters(), collected once at apply()
     std::vector<std::shared_ptr<GraphedCall>> calls;  // the k-th call of a step
     size_t next_call = 0;
     std::string eager_reason;  // the first, for the log
@@ -84,7 +89,8 @@ class CudaGraphs : public ForwardInterceptor, public std::enable_shared_from_thi
   torch::Tensor eager(PerModule& m, const TensorVec& inputs, const ForwardFn& next, std::string reason);
 
   std::unique_ptr<GraphRecorder> recorder_;
-  std::unordered_map<const torch::nn::Module*, PerModule> modules_;
+  std::vector<PerModule> modules_;                              // in apply() order (the summary's)
+  std::unordered_map<const torch::nn::Module*, size_t> index_;  // into modules_
   bool in_step_ = false;
   Stats stats_;
 };

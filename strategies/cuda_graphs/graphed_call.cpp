@@ -123,11 +123,12 @@ class CaptureScope {
 
 // ---- the call -----------------------------------------------------------------------------------
 
-GraphedCall::GraphedCall(torch::nn::Module& module, std::string name, GraphRecorder& recorder)
-    : module_(module), name_(std::move(name)), recorder_(recorder) {}
+GraphedCall::GraphedCall(torch::nn::Module& module, std::string name, std::vector<torch::Tensor> params,
+                         GraphRecorder& recorder)
+    : module_(module), name_(std::move(name)), all_params_(std::move(params)), recorder_(recorder) {}
 
 CallSignature GraphedCall::signature_of(const TensorVec& inputs) const {
-  return CallSignature::of(inputs, module_.parameters());
+  return CallSignature::of(inputs, all_params_);
 }
 
 void GraphedCall::capture(const TensorVec& inputs, ForwardFn next) {

@@ -60,8 +60,9 @@ class GraphedCall : public std::enable_shared_from_this<GraphedCall> {
  public:
   static constexpr int kWarmupIterations = 3;  // make_graphed_callables' default
 
-  /// `module` must outlive the call; `name` is its path in the model ("layers.3").
-  GraphedCall(torch::nn::Module& module, std::string name, GraphRecorder& recorder);
+  /// `module` must outlive the call; `name` is its path in the model ("layers.3"); `params` are
+  /// module.parameters(), collected once by the caller (signature_of runs on every call).
+  GraphedCall(torch::nn::Module& module, std::string name, std::vector<torch::Tensor> params, GraphRecorder& recorder);
 
   /// Warm-up, then the forward and backward captures, with `next` (the module's forward body).
   /// Throws ConfigError when the module cannot be captured (it reads a tensor that requires grad
@@ -87,6 +88,7 @@ class GraphedCall : public std::enable_shared_from_this<GraphedCall> {
 
   torch::nn::Module& module_;
   std::string name_;
+  std::vector<torch::Tensor> all_params_;  // module.parameters(), frozen ones included
   GraphRecorder& recorder_;
   std::vector<torch::Tensor> params_;  // requiring grad, in module.parameters() order
   std::vector<std::string> param_names_;
