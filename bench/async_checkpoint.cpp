@@ -5,6 +5,8 @@
 // falls in the step that contains it. Stall = that step minus the median step without a save.
 // Rounds alternate sync and async in one process. Prints a table.
 // Usage: bench_async_checkpoint [data_dir] [--out DIR] [--steps 13] [--every 4] [--rounds 2]
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>

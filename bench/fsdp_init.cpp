@@ -33,6 +33,7 @@
 // devices = WORLD self-launches the other ranks. Rank 0 appends one result line to FILE; the parent
 // prints one markdown table at the end. glibc's mmap threshold is pinned so RSS follows live tensors.
 #include <spdlog/spdlog.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>

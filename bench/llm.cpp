@@ -22,6 +22,7 @@
 // FSDP: FULL_SHARD, each decoder layer a unit (LlamaLM wraps the layers as it builds them).
 // --trainer 0: one process, the same steps as a plain loop without the Trainer (raw_loop).
 #include <spdlog/spdlog.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>

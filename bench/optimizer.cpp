@@ -12,6 +12,7 @@
 // Usage: bench_optimizer [--layers 1,4,8] [--threads 1,2] [--steps 5] [--data DIR] [--train_steps 4]
 #include <ATen/Parallel.h>
 #include <malloc.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <chrono>

@@ -1,6 +1,8 @@
 // Framework overhead: median step time of volt's single-device Trainer vs a hand-written LibTorch
 // loop on the same model, data and optimizer, measured side by side (alternating rounds) in one run.
 // Usage: bench_overhead [data_dir] [steps_per_round] [rounds]
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>

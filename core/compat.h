@@ -143,6 +143,27 @@ using C10dBackend = c10d::ProcessGroup;
 #endif
 }  // namespace volt::compat
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+namespace volt::compat {
+/// A c10d::TCPStore with `opts`. LibTorch 2.4+ asks for its libuv server by default, which a
+/// LibTorch built without libuv (Debian's 2.6) refuses before it opens any socket ("use_libuv was
+/// requested but PyTorch was build without libuv support"): the store then takes the classic
+/// server, as Python's USE_LIBUV=0 does. Clients speak the same protocol to either server.
+inline c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host, c10d::TCPStoreOptions opts) {
+#if VOLT_TORCH_AT_LEAST(2, 4)
+  if (opts.useLibUV) {
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(host, opts);
+    } catch (const c10::Error& e) {
+      if (std::string(e.what()).find("without libuv") == std::string::npos) throw;
+      opts.useLibUV = false;
+    }
+  }
+#endif
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+}  // namespace volt::compat
+
 #ifdef VOLT_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif

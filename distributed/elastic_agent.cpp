@@ -9,6 +9,7 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/core/signals.h"
 #include "volt/distributed/cluster_env.h"
@@ -78,7 +79,7 @@ void ElasticAgent::Impl::connect() {
   so.timeout =
       std::max<std::chrono::milliseconds>(o.liveness.timeout, std::chrono::seconds(5)) + std::chrono::seconds(5);
   try {
-    store = c10::make_intrusive<c10d::TCPStore>(o.plan.master_addr, so);
+    store = compat::make_tcp_store(o.plan.master_addr, so);
     if (nodes > 1) {
       LivenessOptions live = o.liveness;
       live.on_stuck = [](const std::string&) {};  // an agent is never blocked in a collective

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/distributed/launcher.h"
 
@@ -135,7 +136,7 @@ PeerWatchdog::PeerWatchdog(const std::string& host, int port, int64_t rank, int6
   so.isServer = false;
   so.waitWorkers = false;  // a second connection of this rank: not counted as a worker
   so.timeout = std::chrono::seconds(30);
-  s.store = c10::make_intrusive<c10d::TCPStore>(host, so);
+  s.store = compat::make_tcp_store(host, so);
   s.store_host = host + ":" + std::to_string(port);
   s.store->add(alive_key(rank), 1);  // alive from now on
   io_ = std::thread([st = state_] {

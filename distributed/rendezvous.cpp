@@ -6,6 +6,7 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/distributed/peer_watchdog.h"
 
@@ -116,7 +117,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const ClusterEnv& env, std::chrono
   so.numWorkers = static_cast<size_t>(env.world_size);
   so.waitWorkers = false;  // agree_on_world waits, watching for failures
   so.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  return compat::make_tcp_store(env.master_addr, so);
 }
 
 void agree_on_world(c10d::Store& store, const ClusterEnv& env, const std::string& address,
