@@ -63,6 +63,12 @@ mount_root() {
 }
 in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 bash -c "$1"; }
 
+# debootstrap removes ROOT/debootstrap when it completes.
+if [ -d "$root/debootstrap" ]; then
+  echo "torch2.sh: $root is an interrupted debootstrap (log: $root.debootstrap.log); remove it and run setup again"
+  exit 2
+fi
+
 if [[ $steps == *" setup "* ]]; then
   if [ ! -x "$root/usr/bin/apt-get" ]; then
     command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
