@@ -47,20 +47,15 @@ bdir=${VOLT_TORCH2_BUILD_DIR:-build-torch2}
 extra=$root/opt/volt-extra
 
 # ROOT is bound onto itself first, so that / is a mount point inside it (`ip netns`, which the
-# multi-host tests use, remounts / as a slave); everything mounted beneath goes with it at the end.
-mounted=0
-cleanup() { [ "$mounted" = 1 ] && umount -R -l "$root" 2>/dev/null || true; }
+# multi-host tests use, remounts / as a slave). At the end everything mounted at or under ROOT is
+# undone, also what a run killed with SIGKILL left behind.
+cleanup() { ! mountpoint -q "$root" || umount -R -l "$root" 2>/dev/null || true; }
 trap cleanup EXIT
 bind() {  # bind SRC DEST: DEST inside ROOT
   mkdir -p "$root$2"
   mountpoint -q "$root$2" || mount --bind "$1" "$root$2"
 }
-mount_root() {
-  if ! mountpoint -q "$root"; then
-    mount --bind "$root" "$root"
-    mounted=1
-  fi
-}
+mount_root() { mountpoint -q "$root" || mount --bind "$root" "$root"; }
 in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 bash -c "$1"; }
 
 # debootstrap removes ROOT/debootstrap when it completes.
