@@ -90,6 +90,23 @@ inline at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, con
 #define VOLT_HAVE_SDPA 0
 #endif
 
+/// Whether at::rms_norm exists (LibTorch 2.4+; one fused CUDA kernel for forward and one for
+/// backward in the versions that have at::_fused_rms_norm, the elementwise ops before).
+inline constexpr bool kRmsNormOp = VOLT_TORCH_AT_LEAST(2, 4);
+/// x / sqrt(mean(x^2 over the last dimension) + eps) * weight, computed in fp32 and returned in x's
+/// dtype, as Hugging Face's LlamaRMSNorm computes it when weight has x's dtype (the caller checks).
+/// Autocast is bypassed: it would run the op in fp32 and return fp32, while the kernel computes in
+/// fp32 anyway. Without kRmsNormOp this throws.
+inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+#if VOLT_TORCH_AT_LEAST(2, 4)
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  return at::rms_norm(x, {x.size(-1)}, weight, eps);
+#else
+  TORCH_CHECK(false, "at::rms_norm needs LibTorch 2.4 or newer (this is ", TORCH_VERSION, ")");
+  return x;
+#endif
+}
+
 /// Autocast settings of this thread, captured at one point and re-applied at another (activation
 /// checkpointing recomputes a forward inside backward, where autocast is off).
 struct AutocastState {
@@ -206,6 +223,18 @@ inline void cuda_reset_peak(int device = 0) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 #endif
 }
+/// Initializes LibTorch's CUDA state (what the first CUDA tensor would), once; nothing without CUDA.
+/// Memory volt pins itself (cudaHostAlloc) before any CUDA tensor exists would otherwise report
+/// is_pinned() == false: LibTorch 2.x answers false for every pointer until CUDA is initialized.
+inline void cuda_lazy_init() {
+#ifdef VOLT_WITH_CUDA
+#if VOLT_TORCH_AT_LEAST(2, 6)
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+#else
+  at::globalContext().lazyInitCUDA();
+#endif
+#endif
+}
 }  // namespace volt::compat
 
 namespace volt::compat {
@@ -296,6 +325,24 @@ inline constexpr bool kCudaGraphs = true;
 inline constexpr bool kCudaGraphs = false;
 #endif
 
+/// While it lives, a stream from `device`'s pool is the calling thread's current stream on that
+/// device, ordered after the work queued before; when it goes, the previous stream is current again
+/// and waits for everything queued meanwhile. Nothing for a CPU device or in a build without CUDA.
+/// Used by trainer.cuda_graph: see [Note: the fit's stream with CUDA graphs] in
+/// strategies/cuda_graphs/graph_recorder.cpp. Defined in core/cuda_graph.cpp. Thread-safety:
+/// destroy it on the thread that made it.
+class SideStreamScope {
+ public:
+  explicit SideStreamScope(const at::Device& device);
+  ~SideStreamScope();
+  SideStreamScope(const SideStreamScope&) = delete;
+  SideStreamScope& operator=(const SideStreamScope&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 /// A CUDA graph: the kernels a function queues on one device, recorded once and replayed with one
 /// launch. Defined in core/cuda_graph.cpp; in a build without CUDA the constructor throws.
 ///
@@ -311,11 +358,14 @@ class CudaGraph {
   CudaGraph& operator=(const CudaGraph&) = delete;
 
   /// Runs `fn` on a side stream, ordered after the work queued so far and before what comes next
-  /// (warm-up iterations before a capture, as torch.cuda.make_graphed_callables runs them).
+  /// (warm-up iterations before a capture, as torch.cuda.make_graphed_callables runs them). Where
+  /// the current stream is not the device's default stream (a SideStreamScope), on that stream.
   void run_on_side_stream(const std::function<void()>& fn) const;
   /// Records the device work `fn` queues: its host code runs once, now; its kernels run at each
   /// replay(), not now. A host synchronization inside `fn` (.item(), a data-dependent shape) makes
   /// the capture fail: the error is rethrown as a c10::Error saying so, with the capture ended.
+  /// CUDA cannot capture the legacy default stream: the capture runs on the current stream when
+  /// that is another one (a SideStreamScope), else on a side stream ordered like run_on_side_stream.
   void capture(const std::function<void()>& fn);
   /// Queues the recorded kernels on the current stream.
   void replay();

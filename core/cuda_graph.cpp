@@ -1,5 +1,6 @@
 // compat::CudaGraph: at::cuda::CUDAGraph with the capture on a side stream (CUDA refuses to capture
-// the legacy default stream), its memory pool shared on request, and a failed capture ended.
+// the legacy default stream), its memory pool shared on request, and a failed capture ended; and
+// compat::SideStreamScope, which makes such a stream current for a whole fit.
 #include <torch/torch.h>
 
 #include "volt/core/compat.h"
@@ -31,10 +32,50 @@ CudaGraph::CudaGraph(const at::Device& device, const CudaGraph* share_pool_with)
 
 CudaGraph::~CudaGraph() = default;
 
+struct SideStreamScope::Impl {
+  c10::Stream previous;
+  c10::Stream side;
+};
+
+SideStreamScope::SideStreamScope(const at::Device& device) {
+  if (!device.is_cuda()) return;
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  const c10::Stream previous = impl.getStream(device);
+  const c10::Stream side = impl.getStreamFromGlobalPool(device);
+  c10::Event ready(c10::DeviceType::CUDA);
+  ready.record(previous);
+  ready.block(side);
+  impl.exchangeStream(side);
+  impl_.reset(new Impl{previous, side});
+}
+
+SideStreamScope::~SideStreamScope() {
+  if (!impl_) return;
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  try {
+    c10::Event done(c10::DeviceType::CUDA);
+    done.record(impl_->side);
+    done.block(impl_->previous);
+  } catch (...) {  // a failed device (the error is reported where it happened): the stream is put back anyway
+  }
+  impl.exchangeStream(impl_->previous);
+}
+
 namespace {
+/// The stream work for a capture goes to: the current one, unless that is the legacy default
+/// stream, which CUDA cannot capture; then one from the pool.
+c10::Stream capture_stream(const c10::impl::VirtualGuardImpl& impl, const at::Device& device) {
+  const c10::Stream current = impl.getStream(device);
+  return current == impl.getDefaultStream(device) ? impl.getStreamFromGlobalPool(device) : current;
+}
+
 /// Runs fn with `side` as the current stream of its device, ordered after `current`'s work so far;
 /// `current` then waits for everything fn queued.
 void on_stream(const c10::Stream& current, const c10::Stream& side, const std::function<void()>& fn) {
+  if (side == current) {
+    fn();
+    return;
+  }
   c10::Event ready(c10::DeviceType::CUDA);
   ready.record(current);
   ready.block(side);
@@ -50,15 +91,13 @@ void on_stream(const c10::Stream& current, const c10::Stream& side, const std::f
 
 void CudaGraph::run_on_side_stream(const std::function<void()>& fn) const {
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-  on_stream(impl.getStream(impl_->device), impl.getStreamFromGlobalPool(impl_->device), fn);
+  on_stream(impl.getStream(impl_->device), capture_stream(impl, impl_->device), fn);
 }
 
 void CudaGraph::capture(const std::function<void()>& fn) {
   TORCH_CHECK(!impl_->captured, "this CUDA graph was captured already");
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-  const c10::Stream current = impl.getStream(impl_->device);
-  const c10::Stream side = impl.getStreamFromGlobalPool(impl_->device);
-  on_stream(current, side, [&] {
+  on_stream(impl.getStream(impl_->device), capture_stream(impl, impl_->device), [&] {
     if (impl_->share != nullptr)
       impl_->graph.capture_begin(impl_->share->impl_->graph.pool());
     else
@@ -90,6 +129,10 @@ bool CudaGraph::captured() const { return impl_->captured; }
 #else  // no CUDA in this build
 
 struct CudaGraph::Impl {};
+struct SideStreamScope::Impl {};
+
+SideStreamScope::SideStreamScope(const at::Device&) {}
+SideStreamScope::~SideStreamScope() = default;
 
 CudaGraph::CudaGraph(const at::Device&, const CudaGraph*) {
   TORCH_CHECK(false, "CUDA graphs need a CUDA build of volt (this one is built for the CPU, with LibTorch ",

@@ -51,6 +51,7 @@ void free_pinned(void* p) {
 at::DataPtr compat::host_alloc_exact(size_t nbytes, bool pinned) {
 #ifdef VOLT_WITH_CUDA
   if (pinned && nbytes > 0) {
+    cuda_lazy_init();
     void* p = nullptr;
     const cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocDefault);
     if (err != cudaSuccess) (void)cudaGetLastError();  // clear the sticky error state

@@ -9,6 +9,9 @@
 #else
 #define VOLT_HAVE_GLOO 0
 #endif
+#if defined(VOLT_GLOO_EXPECTED) && !VOLT_HAVE_GLOO
+#error "VOLT_GLOO_INCLUDE_DIR was given, but <gloo/algorithm.h> is not found through it"
+#endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #ifdef VOLT_WITH_CUDA
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>

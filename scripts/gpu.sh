@@ -15,9 +15,13 @@
 #   VOLT_CATCH_FILTER     Catch test specs (e.g. "[cuda],[optim]"): volt_tests runs them directly,
 #                         instead of ctest
 #   VOLT_CTEST_ARGS       extra ctest arguments (e.g. "-R CUDA") when VOLT_CATCH_FILTER is unset
-#   VOLT_GPU_VARIANTS, VOLT_LIGHTNING_VARIANTS, VOLT_GPU_BENCH_ARGS: the bench rows and their shape
+#   VOLT_GPU_VARIANTS, VOLT_GPU_BENCH_ARGS: volt's bench rows (separated by spaces) and their shape
+#   VOLT_LIGHTNING_VARIANTS: Lightning's rows, each its flags, separated by ';'
+#                         (e.g. "--strategy fsdp --ac 0;--strategy fsdp --ac 1")
 #   VOLT_GPU_PROFILE=N    volt's rows also run N steps under LibTorch's profiler after the timed ones
 #                         and print the kernels by time (OUT/bench.jsonl.profile-<variant>.txt)
+#   VOLT_GPU_END=T        epoch seconds (date +%s) by which the script must be done: each test run and
+#                         bench row is limited to the time left, and skipped when under 20 s is left
 #   VOLT_GPU_DRY_RUN=1    print the commands instead of running them (tests/scripts checks them)
 set -uo pipefail
 out=${1:?usage: scripts/gpu.sh OUTDIR [build] [test] [bench] [lightning]}
@@ -42,6 +46,22 @@ run() {
     "$@"
   fi
 }
+# Seconds a step may run: $1, or what is left before VOLT_GPU_END where that is less.
+budget() {
+  local s=$1 left
+  if [ -n "${VOLT_GPU_END:-}" ]; then
+    left=$((VOLT_GPU_END - $(date +%s)))
+    ((left < s)) && s=$left
+  fi
+  echo "$s"
+}
+# True (and says so) when under 20 s are left before VOLT_GPU_END: the step named $1 is skipped.
+out_of_time() {
+  (($(budget 20) >= 20)) && return 1
+  echo "gpu.sh: $1 skipped: VOLT_GPU_END reached"
+  return 0
+}
+
 # The same in folder $1 (the test programs run in the build's tests/ folder, as ctest runs them).
 run_in() {
   local dir=$1
@@ -85,6 +105,7 @@ export NCCL_INCLUDE_DIR
 data=$deps/data
 [ "$dry" = 1 ] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 rc=0
+tests_built=1
 
 if [[ $steps == *" build "* ]]; then
   t0=$(date +%s)
@@ -110,8 +131,14 @@ if [[ $steps == *" build "* ]]; then
     -DCMAKE_CXX_FLAGS="-I$deps/usr/include" "${gloo_flag[@]}" \
     -DCMAKE_DISABLE_FIND_PACKAGE_Protobuf=ON -DCMAKE_DISABLE_FIND_PACKAGE_CURL=ON -DVOLT_TEST_SOURCE_FILTER="${VOLT_GPU_TEST_SOURCES:-}" \
     >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
-  run cmake --build "$bdir" -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
-    { grep -B2 -A12 "error" "$out/build.log" | head -150; exit 1; }
+  # -k 0: a test file that fails to compile does not keep the bench from being built; the tests
+  # are then skipped, the bench rows still run, and the script fails at the end.
+  if ! run cmake --build "$bdir" -j"$(nproc)" --target "${targets[@]}" -- -k 0 >"$out/build.log" 2>&1; then
+    grep -B2 -A12 "error" "$out/build.log" | head -150
+    rc=1
+    tests_built=0
+    cmake --build "$bdir" --target volt_cli bench_gpu >>"$out/build.log" 2>&1 || exit 1
+  fi
   [ "$dry" = 1 ] && cat "$out/configure.log" "$out/build.log"
   echo "build (${targets[*]}): $(( $(date +%s) - t0 )) s"
 fi
@@ -119,29 +146,37 @@ fi
 if [[ $steps == *" test "* ]]; then
   # The whole suite by default: the CPU tests check the LibTorch 2.x build, [cuda] ones the GPU
   # paths. Logs append, so several runs can share OUTDIR.
-  if [ -n "${VOLT_CATCH_FILTER:-}" ]; then
-    run_in "$bdir/tests" ./volt_tests "$VOLT_CATCH_FILTER" >>"$out/tests.log" 2>&1 || rc=1
-    tail -n 25 "$out/tests.log"
-  else
-    # shellcheck disable=SC2086  # VOLT_CTEST_ARGS is a list of arguments
-    run_in "$bdir" ctest --output-on-failure -j8 --timeout 300 ${VOLT_CTEST_ARGS:-} >>"$out/ctest.log" 2>&1 || rc=1
-    tail -n 25 "$out/ctest.log"
+  if [ "$tests_built" = 0 ]; then
+    echo "gpu.sh: tests skipped: they did not build (build.log)"
+  elif ! out_of_time tests; then
+    if [ -n "${VOLT_CATCH_FILTER:-}" ]; then
+      run_in "$bdir/tests" timeout -k 10 "$(budget 900)" ./volt_tests "$VOLT_CATCH_FILTER" >>"$out/tests.log" 2>&1 || rc=1
+      tail -n 25 "$out/tests.log"
+    else
+      # shellcheck disable=SC2086  # VOLT_CTEST_ARGS is a list of arguments
+      run_in "$bdir" timeout -k 10 "$(budget 1800)" ctest --output-on-failure -j8 --timeout 300 ${VOLT_CTEST_ARGS:-} \
+        >>"$out/ctest.log" 2>&1 || rc=1
+      tail -n 25 "$out/ctest.log"
+    fi
   fi
 fi
 
 if [[ $steps == *" bench "* ]]; then
   for v in ${VOLT_GPU_VARIANTS:-fsdp fsdp_ac ddp ddp+graph fsdp_offload fsdp_fp16}; do
+    out_of_time "bench_gpu $v" && { rc=1; break; }
     # shellcheck disable=SC2086
-    run timeout 300 "$bdir/bench/bench_gpu" "$data/wikitext-2" "$out/bench.jsonl" "$v" ${VOLT_GPU_BENCH_ARGS:-} \
+    run timeout -k 10 "$(budget 300)" "$bdir/bench/bench_gpu" "$data/wikitext-2" "$out/bench.jsonl" "$v" ${VOLT_GPU_BENCH_ARGS:-} \
       ${VOLT_GPU_PROFILE:+--profile "$VOLT_GPU_PROFILE"} \
       >>"$out/bench.log" 2>&1 || { echo "bench_gpu $v failed:"; tail -5 "$out/bench.log"; rc=1; }
   done
 fi
 
 if [[ $steps == *" lightning "* ]]; then
-  for v in ${VOLT_LIGHTNING_VARIANTS:-"--strategy fsdp --ac 0" "--strategy fsdp --ac 1" "--strategy fsdp --ac 0 --precision 16-mixed"}; do
+  IFS=';' read -ra lightning_variants <<<"${VOLT_LIGHTNING_VARIANTS:---strategy fsdp --ac 0;--strategy fsdp --ac 1;--strategy fsdp --ac 0 --precision 16-mixed}"
+  for v in "${lightning_variants[@]}"; do
+    out_of_time "lightning $v" && { rc=1; break; }
     # shellcheck disable=SC2086
-    run timeout 300 python3 bench/gpu/lightning_fsdp.py "$data/lightning" "$out/bench.jsonl" $v ${VOLT_GPU_BENCH_ARGS:-} \
+    run timeout -k 10 "$(budget 300)" python3 bench/gpu/lightning_fsdp.py "$data/lightning" "$out/bench.jsonl" $v ${VOLT_GPU_BENCH_ARGS:-} \
       >>"$out/lightning.log" 2>&1 || { echo "lightning $v failed:"; tail -5 "$out/lightning.log"; rc=1; }
   done
 fi
@@ -150,13 +185,19 @@ if [[ $steps == *" llm "* ]]; then
   # The LLM workload's 1 B Llama (configs/llm/1b.yaml's shape) on random tokens, volt and Lightning.
   shape="--hidden 2048 --layers 16 --heads 16 --kv_heads 8 --vocab 32000 --batch ${VOLT_LLM_BATCH:-8} --block ${VOLT_LLM_BLOCK:-2048} --steps ${VOLT_LLM_STEPS:-10} --warmup 3"
   for v in ${VOLT_LLM_VARIANTS:-fsdp}; do
+    out_of_time "bench_gpu --llm 1 $v" && { rc=1; break; }
     # shellcheck disable=SC2086
-    run timeout 300 "$bdir/bench/bench_gpu" "$data/wikitext-2" "$out/bench.jsonl" "$v" --llm 1 --ffn 8192 --tied 0 $shape \
+    run timeout -k 10 "$(budget 300)" "$bdir/bench/bench_gpu" "$data/wikitext-2" "$out/bench.jsonl" "$v" --llm 1 \
+      --ffn 8192 --tied 0 $shape ${VOLT_GPU_PROFILE:+--profile "$VOLT_GPU_PROFILE"} \
       >>"$out/bench.log" 2>&1 || { echo "bench_gpu --llm 1 $v failed:"; tail -5 "$out/bench.log"; rc=1; }
   done
-  # shellcheck disable=SC2086
-  run timeout 300 python3 bench/gpu/lightning_llm.py "$out/bench.jsonl" --intermediate 8192 --tie 0 --rope_theta 500000 $shape \
-    >>"$out/lightning.log" 2>&1 || { echo "lightning_llm failed:"; tail -5 "$out/lightning.log"; rc=1; }
+  if out_of_time lightning_llm; then
+    rc=1
+  else
+    # shellcheck disable=SC2086
+    run timeout -k 10 "$(budget 300)" python3 bench/gpu/lightning_llm.py "$out/bench.jsonl" --intermediate 8192 --tie 0 \
+      --rope_theta 500000 $shape >>"$out/lightning.log" 2>&1 || { echo "lightning_llm failed:"; tail -5 "$out/lightning.log"; rc=1; }
+  fi
 fi
 
 [ "$dry" = 1 ] && cat "$out"/bench.log "$out"/lightning.log 2>/dev/null

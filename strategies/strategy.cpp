@@ -52,6 +52,9 @@ std::string Strategy::cuda_graph_unsupported_reason() const {
 }
 
 void Strategy::setup_cuda_graphs(LightningModule& module) {
+  // Graphs left by a fit that failed go first: their recorder puts its thread's stream back as it
+  // was before the new one takes a stream ([Note: the fit's stream with CUDA graphs]).
+  cuda_graphs_.reset();
   cuda_graphs_ = std::make_shared<detail::CudaGraphs>(detail::make_graph_recorder(root_device()));
   const size_t n = cuda_graphs_->apply(module);
   VOLT_CHECK(n > 0, ConfigError,

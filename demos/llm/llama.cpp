@@ -127,6 +127,11 @@ std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t start, int64_t len
 RMSNorm::RMSNorm(int64_t dim, double eps) : eps_(eps) { weight = register_parameter("weight", torch::ones({dim})); }
 
 torch::Tensor RMSNorm::forward(const torch::Tensor& x) {
+  // On the GPU one fused kernel instead of about eight elementwise ones each way (a profile of the
+  // 1 B model on an H200 spent about 40% of a step in elementwise kernels). The CPU keeps the
+  // formula below, whose values the parity tests pin to the Python reference.
+  if (compat::kRmsNormOp && x.is_cuda() && weight.scalar_type() == x.scalar_type())
+    return compat::rms_norm(x, weight, eps_);
   const auto xf = x.to(torch::kFloat);
   const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return weight * normed.to(x.scalar_type());

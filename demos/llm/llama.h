@@ -70,7 +70,9 @@ struct KVCache {
   int64_t capacity = 0;  ///< positions allocated
 };
 
-/// y = weight * normalize(x) in float32, cast back to x's dtype first (Hugging Face's order).
+/// y = weight * normalize(x) in float32, cast back to x's dtype first (Hugging Face's order). On a
+/// GPU with LibTorch 2.4+, when weight has x's dtype, at::rms_norm's kernel (the product in float32,
+/// cast once: equal to Hugging Face's within bf16 rounding).
 class RMSNorm : public torch::nn::Module {
  public:
   RMSNorm(int64_t dim, double eps);

@@ -17,9 +17,21 @@ class CudaGraphWork : public RecordedWork {
   compat::CudaGraph graph_;
 };
 
+// [Note: the fit's stream with CUDA graphs]
+// A captured backward must not touch the legacy default stream. Autograd runs each node on the
+// stream that was current when the node was made, and hands a gradient from its producer's stream
+// to its consumer's with an event. The AccumulateGrad nodes DDP holds from set-up (its bucket
+// hooks, core/grad_hooks.h) keep the stream of set-up, the default one: a backward captured on a
+// side stream then made the default stream wait on the capturing stream, which CUDA refuses
+// ("operation would make the legacy stream depend on a capturing blocking stream", measured with
+// LibTorch 2.11 on an H200, DDP at world size 1). PyTorch asks users of make_graphed_callables to
+// construct DDP under a side stream for the same reason. So the CUDA recorder makes one side
+// stream current for as long as graphs are on: it exists from the strategy's set-up, before DDP
+// makes its accumulators, to teardown. Warm-up and capture run on that stream too, so producers
+// and accumulators share it and nothing crosses streams inside a capture.
 class CudaGraphRecorder : public GraphRecorder {
  public:
-  explicit CudaGraphRecorder(const at::Device& device) : device_(device), side_(device) {}
+  explicit CudaGraphRecorder(const at::Device& device) : stream_(device), device_(device), side_(device) {}
   void warm_up(const std::function<void()>& fn) override { side_.run_on_side_stream(fn); }
   std::unique_ptr<RecordedWork> record(const std::function<void()>& fn, RecordedWork* share_pool_with) override {
     auto* share = dynamic_cast<CudaGraphWork*>(share_pool_with);
@@ -31,8 +43,9 @@ class CudaGraphRecorder : public GraphRecorder {
   const char* kind() const override { return "cuda graph"; }
 
  private:
+  compat::SideStreamScope stream_;  // first: made before, and gone after, everything run on it
   at::Device device_;
-  compat::CudaGraph side_;  // never captured: lends its device's side stream to warm_up
+  compat::CudaGraph side_;  // never captured: runs warm_up on the current (side) stream
 };
 
 class RerunWork : public RecordedWork {

@@ -36,8 +36,10 @@ class GraphRecorder {
 };
 
 /// The recorder for `device`: CUDA graphs for a CUDA device (a CUDA build; throws otherwise), the
-/// rerun recorder for the CPU. The Trainer never graphs a CPU run (Strategy refuses it); a strategy
-/// of a test that lifts that refusal trains through the rerun recorder.
+/// rerun recorder for the CPU. While the CUDA recorder exists, a side stream is the calling
+/// thread's current stream on its device ([Note: the fit's stream with CUDA graphs]): make it before
+/// anything that autograd should run on that stream, and destroy it on the same thread. The Trainer never graphs a CPU
+/// run (Strategy refuses it); a strategy of a test that lifts that refusal trains through the rerun recorder.
 std::unique_ptr<GraphRecorder> make_graph_recorder(const at::Device& device);
 /// The CPU stand-in: replay() runs the recorded function again.
 std::unique_ptr<GraphRecorder> make_rerun_recorder();

@@ -233,6 +233,11 @@ void FlatParam::expose_slice_grads() {
   }
 }
 
+void FlatParam::release_grads() {
+  for (auto& s : slices_) s.view.mutable_grad() = torch::Tensor();
+  shard_grad_ = torch::Tensor();
+}
+
 torch::Tensor FlatParam::gather_full(ProcessGroup* pg) const {
   torch::Tensor full = torch::empty({padded_}, shard_.options());
   if (pg == nullptr || pg->size() == 1)

@@ -86,6 +86,9 @@ class FlatParam {
   torch::Tensor& shard_grad() { return shard_grad_; }
   /// Points every slice's .grad at the shard gradient (zeros where no gradient arrived).
   void expose_slice_grads();
+  /// Drops the shard gradient and the slices' .grad (optimizer_in_backward, once the unit stepped).
+  /// An offloaded unit keeps its pinned gradient buffer for the next step.
+  void release_grads();
   /// Leaves the shard alone but points every parameter at an empty tensor and drops gradients: a
   /// module kept sharded after fit holds nothing at full size, and code that reads a parameter by
   /// mistake gets a shape error rather than freed memory. bind_params() undoes it.

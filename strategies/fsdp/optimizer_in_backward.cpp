@@ -27,6 +27,9 @@ void BackwardStepper::run(FlatParam& unit) {
   if (options_.clip_value)
     for (auto& p : params) p.mutable_grad().clamp_(-*options_.clip_value, *options_.clip_value);
   step_parameters(*optimizer_, params);
+  // The gradient has done its work: freed now, as PyTorch's optimizer-in-backward frees it, so that
+  // a step holds only the gradients of the units not yet stepped (the memory this mode is for).
+  unit.release_grads();
 }
 
 void BackwardStepper::step(FlatParam& unit, const compat::DeviceMark& ready) {

@@ -18,7 +18,8 @@
 ///   - on a host thread (`host_thread`, with cpu_offload): the thread waits for the gradient's copy
 ///     to the host (a compat::DeviceMark) and steps the host shard while the GPU goes on with
 ///     backward: the host optimizer overlaps backward instead of following it.
-/// finish() waits for every queued step; backward returns only after it.
+/// finish() waits for every queued step; backward returns only after it. Each unit's gradient is
+/// freed as soon as it has stepped, so hooks after backward (on_before_optimizer_step) see none.
 ///
 /// Ownership: shares the optimizer; borrows the FlatParams (they outlive the steps: finish() runs
 /// before backward returns and in the destructor). Thread-safety: step() and finish() from one

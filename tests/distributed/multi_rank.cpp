@@ -44,18 +44,20 @@ WorkerResult train_single(const std::map<std::string, std::string>& overrides) {
   TrainerOptions t = options_from_yaml<TrainerOptions>(root["trainer"], "trainer");
   t.devices = 1;
   t.strategy = "auto";
+  // The reference is CPU training unless a test asks otherwise: "auto" would take a GPU where one is.
+  if (!root["trainer"] || !root["trainer"]["accelerator"]) t.accelerator = "cpu";
   WorkerResult r;
   struct InitState : Callback {
     std::map<std::string, torch::Tensor>* out;
     explicit InitState(std::map<std::string, torch::Tensor>* o) : out(o) {}
     std::string state_key() const override { return "InitState"; }
     void on_train_start(Trainer&, LightningModule& m) override {
-      for (auto& kv : m.named_parameters()) (*out)[kv.key()] = kv.value().detach().clone();
+      for (auto& kv : m.named_parameters()) (*out)[kv.key()] = kv.value().detach().cpu().clone();
     }
   };
   Trainer trainer(t, {std::make_shared<InitState>(&r.init_state)});
   trainer.fit(model, loader);
-  for (auto& kv : model.named_parameters()) r.state[kv.key()] = kv.value().detach().clone();
+  for (auto& kv : model.named_parameters()) r.state[kv.key()] = kv.value().detach().cpu().clone();
   if (!gan && !stock) r.losses = static_cast<BoringModel&>(model).losses;
   r.global_step = trainer.global_step();
   return r;
@@ -68,7 +70,7 @@ double max_state_diff(const std::map<std::string, torch::Tensor>& a, const std::
     auto it = b.find(k);
     REQUIRE(it != b.end());
     REQUIRE(it->second.sizes() == v.sizes());
-    m = std::max(m, (v.to(torch::kDouble) - it->second.to(torch::kDouble)).abs().max().item<double>());
+    m = std::max(m, (v.cpu().to(torch::kDouble) - it->second.cpu().to(torch::kDouble)).abs().max().item<double>());
   }
   return m;
 }

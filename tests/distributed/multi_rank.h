@@ -88,7 +88,8 @@ inline std::map<std::string, std::string> quiet_blocks_kv(const std::string& roo
 }
 
 /// Trains the worker's model in this process on one device with `overrides` (worker keys) and
-/// returns what the worker would write. batch_size is the global batch.
+/// returns what the worker would write (tensors on the CPU). batch_size is the global batch. On the
+/// CPU unless `overrides` names trainer.accelerator.
 WorkerResult train_single(const std::map<std::string, std::string>& overrides);
 
 /// Runs the worker once (self-launching `trainer.devices` ranks). Returns the exit code.

@@ -3,6 +3,7 @@
 // into the deps folder. Runs without a GPU or a PyTorch.
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -33,7 +34,7 @@ TEST_CASE("scripts/gpu.sh builds only what its steps need and passes test filter
                                           << "Libs: -L${libdir} -lsentencepiece\nCflags: -I/usr/include/sp\n";
   SECTION("build and bench: the library's program and the bench only") {
     const std::string log = dry_run(dir, "", "build bench");
-    CHECK_THAT(log, Catch::Contains("--target volt_cli bench_gpu\n"));
+    CHECK_THAT(log, Catch::Contains("--target volt_cli bench_gpu -- -k 0\n"));
     CHECK_THAT(log, !Catch::Contains("volt_tests"));
     CHECK_THAT(log, Catch::Contains("bench_gpu " + dir + "/deps/data/wikitext-2"));
     CHECK_THAT(log, !Catch::Contains("ctest"));
@@ -44,7 +45,8 @@ TEST_CASE("scripts/gpu.sh builds only what its steps need and passes test filter
         dir, "VOLT_GPU_TEST_SOURCES='strategies/test_cuda|optim/' VOLT_CATCH_FILTER='[cuda],[optim]'", "build test");
     CHECK_THAT(log, Catch::Contains("--target volt_cli bench_gpu volt_tests volt_test_worker"));
     CHECK_THAT(log, Catch::Contains("-DVOLT_TEST_SOURCE_FILTER=strategies/test_cuda\\|optim/"));
-    CHECK_THAT(log, Catch::Contains("cd " + dir + "/bg/tests && ./volt_tests \\[cuda\\]\\,\\[optim\\]"));
+    CHECK_THAT(log,
+               Catch::Contains("cd " + dir + "/bg/tests && timeout -k 10 900 ./volt_tests \\[cuda\\]\\,\\[optim\\]"));
     CHECK_THAT(log, !Catch::Contains("ctest"));
     CHECK_THAT(log, !Catch::Contains("bench_gpu " + dir));
   }
@@ -52,6 +54,31 @@ TEST_CASE("scripts/gpu.sh builds only what its steps need and passes test filter
     const std::string log = dry_run(dir, "VOLT_CTEST_ARGS='-R CUDA'", "test");
     CHECK_THAT(log, Catch::Contains("ctest --output-on-failure -j8 --timeout 300 -R CUDA"));
     CHECK_THAT(log, !Catch::Contains("cmake --build"));
+  }
+  SECTION("Lightning's rows are separated by ';', each keeping its flags together") {
+    const std::string log =
+        dry_run(dir, "VOLT_LIGHTNING_VARIANTS='--strategy fsdp --ac 0;--strategy ddp --ac 1'", "lightning");
+    CHECK_THAT(log, Catch::Contains("lightning_fsdp.py " + dir + "/deps/data/lightning " + dir +
+                                    "/out/bench.jsonl --strategy fsdp --ac 0\n"));
+    CHECK_THAT(log, Catch::Contains("/out/bench.jsonl --strategy ddp --ac 1\n"));
+    CHECK_THAT(log, !Catch::Contains("/out/bench.jsonl --strategy\n"));
+  }
+  SECTION("VOLT_GPU_END: steps are limited to the time left, and skipped past it, failing the run") {
+    const std::string soon = std::to_string(std::time(nullptr) + 100);
+    std::string log = dry_run(dir, "VOLT_GPU_END=" + soon + " VOLT_GPU_VARIANTS=ddp", "bench");
+    CHECK_THAT(log, Catch::Contains("+ timeout -k 10 "));
+    CHECK_THAT(log, !Catch::Contains("+ timeout -k 10 300 "));  // 100 s left, not the row's 300
+    const std::string past = std::to_string(std::time(nullptr) - 1);
+    const std::string cmd = "cd " + dir + " && env VOLT_GPU_DRY_RUN=1 VOLT_GPU_DEPS=" + dir +
+                            "/deps VOLT_GPU_END=" + past + " VOLT_CATCH_FILTER='[cuda]' bash " + VOLT_SOURCE_DIR +
+                            "/scripts/gpu.sh " + dir + "/out-past test bench llm > " + dir + "/log 2>&1";
+    CHECK(std::system(cmd.c_str()) != 0);
+    log = read_text(dir + "/log");
+    CHECK_THAT(log, Catch::Contains("gpu.sh: tests skipped: VOLT_GPU_END reached"));
+    CHECK_THAT(log, Catch::Contains("gpu.sh: bench_gpu fsdp skipped: VOLT_GPU_END reached"));
+    CHECK_THAT(log, Catch::Contains("gpu.sh: lightning_llm skipped: VOLT_GPU_END reached"));
+    CHECK_THAT(log, !Catch::Contains("volt_tests"));
+    CHECK_THAT(log, !Catch::Contains("bench_gpu " + dir));
   }
   // Every run rewrites the carried .pc files into deps/pkgconfig, pointing into the deps folder.
   dry_run(dir, "", "bench");

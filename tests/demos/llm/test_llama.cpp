@@ -1,6 +1,7 @@
 // The Llama decoder and its LightningModule: Hugging Face's names and shapes, parameter count,
 // causality, the KV cache against a full forward, tied embeddings, the optimizer's param groups and
 // schedule, option errors, and a short fit that learns.
+#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
@@ -11,6 +12,7 @@
 
 #include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/weights.h"
+#include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
 #include "volt/data/data_loader.h"
@@ -339,4 +341,47 @@ TEST_CASE("Llama on CUDA: flash attention (is_causal) matches the exact path, an
   auto loader = cycle_loader(false);
   trainer.fit(*fresh, *loader);
   CHECK(trainer.callback_metrics().at("train_loss") < 1.0);
+}
+
+TEST_CASE("RMSNorm: at::rms_norm, where LibTorch has it, equals Hugging Face's formula", "[llm][rms_norm]") {
+  using volt::demos::RMSNorm;
+  torch::manual_seed(3);
+  RMSNorm norm(64, 1e-5);
+  {
+    torch::NoGradGuard ng;
+    norm.weight.uniform_(0.5, 1.5);
+  }
+  const torch::Tensor x = torch::randn({2, 5, 64}) * 3;
+  const torch::Tensor formula = norm.forward(x);  // the CPU path: the formula
+  if (!volt::compat::kRmsNormOp) {
+    CHECK_THROWS_WITH(volt::compat::rms_norm(x, norm.weight, 1e-5), Catch::Contains("LibTorch 2.4"));
+    return;
+  }
+  CHECK(torch::allclose(volt::compat::rms_norm(x, norm.weight, 1e-5), formula, 1e-5, 1e-6));
+  // bf16 input and weight: x's dtype back, within bf16 rounding of the formula's order of casts.
+  const torch::Tensor xb = x.to(torch::kBFloat16), wb = norm.weight.detach().to(torch::kBFloat16);
+  const torch::Tensor xf = xb.to(torch::kFloat);
+  const torch::Tensor hf = wb * (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + 1e-5)).to(torch::kBFloat16);
+  const torch::Tensor got = volt::compat::rms_norm(xb, wb, 1e-5);
+  CHECK(got.scalar_type() == torch::kBFloat16);
+  CHECK(torch::allclose(got.to(torch::kFloat), hf.to(torch::kFloat), 2e-2, 1e-2));
+  // Gradients of input and weight, in fp32.
+  auto grads = [](const torch::Tensor& out, const torch::Tensor& in, const torch::Tensor& w) {
+    return torch::autograd::grad({(out * out).sum()}, {in, w});
+  };
+  const torch::Tensor xa = x.clone().requires_grad_(true), wa = norm.weight.detach().clone().requires_grad_(true);
+  const torch::Tensor xr = x.clone().requires_grad_(true), wr = norm.weight.detach().clone().requires_grad_(true);
+  const auto g_op = grads(volt::compat::rms_norm(xa, wa, 1e-5), xa, wa);
+  const auto g_formula = grads(wr * (xr * torch::rsqrt(xr.pow(2).mean(-1, true) + 1e-5)), xr, wr);
+  CHECK(torch::allclose(g_op[0], g_formula[0], 1e-4, 1e-5));
+  CHECK(torch::allclose(g_op[1], g_formula[1], 1e-4, 1e-5));
+  if (!torch::cuda::is_available()) return;
+  // On the GPU the module itself takes the op.
+  RMSNorm gpu(64, 1e-5);
+  {
+    torch::NoGradGuard ng;
+    gpu.weight.copy_(norm.weight);
+  }
+  gpu.to(torch::kCUDA);
+  CHECK(torch::allclose(gpu.forward(x.to(torch::kCUDA)).cpu(), formula, 1e-5, 1e-5));
 }

@@ -3,6 +3,7 @@
 // autograd node, the generators and buffers put back after capture, the checks — is tested
 // against eager training bit for bit. The [cuda] cases compare real CUDA graphs with eager
 // training on the GPU machine (scripts/gpu.sh); without a GPU they say so and pass.
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -10,6 +11,7 @@
 
 #include "boring_model.h"
 #include "distributed/multi_rank.h"
+#include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/core/grad_hooks.h"
 #include "volt/core/hooked_wrapper.h"
@@ -341,7 +343,10 @@ TEST_CASE("CUDA graphs on the GPU: fit with cuda_graph equals eager fit bit for 
     std::string name, strategy;
     int devices;
   };
-  const std::vector<Case> cases = {{"single_device", "{name: single_device}", 1}, {"DDP, 2 Gloo ranks", "ddp", 2}};
+  // DDP holds its parameters' AccumulateGrad nodes from set-up: the case of [Note: the fit's stream
+  // with CUDA graphs] (graph_recorder.cpp), at world size 1 (NCCL) as with 2 Gloo ranks.
+  const std::vector<Case> cases = {
+      {"single_device", "{name: single_device}", 1}, {"DDP, 1 rank", "ddp", 1}, {"DDP, 2 Gloo ranks", "ddp", 2}};
   for (const auto& c : cases) {
     DYNAMIC_SECTION(c.name) {
       const std::string dir = temp_dir("cuda-graph");
@@ -362,6 +367,25 @@ TEST_CASE("CUDA graphs on the GPU: fit with cuda_graph equals eager fit bit for 
       CHECK(max_state_diff(eager.state, graph.state) == 0.0);
     }
   }
+}
+
+TEST_CASE("SideStreamScope: a pool stream is current while it lives, the previous one after", "[cuda][cuda_graph]") {
+  const torch::Device cpu(torch::kCPU);
+  { compat::SideStreamScope nothing(cpu); }  // the CPU has no streams: nothing to do, nothing thrown
+  if (no_cuda()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  const c10::Stream before = impl.getStream(gpu);
+  torch::Tensor a = torch::ones({1 << 20}, torch::TensorOptions().device(gpu));
+  {
+    compat::SideStreamScope scope(gpu);
+    const c10::Stream side = impl.getStream(gpu);
+    CHECK(side != before);
+    CHECK(side != impl.getDefaultStream(gpu));
+    a.mul_(3);  // queued on the side stream, after the ones above
+  }
+  CHECK(impl.getStream(gpu) == before);
+  CHECK(a.sum().item<double>() == 3.0 * (1 << 20));  // ordered: the previous stream waited for the side one
 }
 
 TEST_CASE("CUDA graphs on the GPU: FSDP is refused before training with the reason", "[cuda][cuda_graph]") {

@@ -93,11 +93,19 @@ TEST_CASE("optimizer_in_backward in one process: the same parameters, the units 
     void on_after_backward(Trainer& t, LightningModule&) override {
       steps = dynamic_cast<FSDPStrategy&>(t.strategy()).backward_steps();
     }
+    // After backward: the optimizer's parameters that still hold a gradient.
+    void on_before_optimizer_step(Trainer&, LightningModule&, torch::optim::Optimizer& opt) override {
+      with_grad = 0;
+      for (const auto& g : opt.param_groups())
+        for (const auto& p : g.params()) with_grad += p.grad().defined() ? 1 : 0;
+      ++seen;
+    }
     volt::detail::FSDPSchedule::BackwardSteps steps;
+    int64_t with_grad = -1, seen = 0;
   };
   for (const bool offload : {false, true}) {
     DYNAMIC_SECTION((offload ? "cpu_offload (a host thread steps)" : "in the gradient hook")) {
-      auto fit = [&](bool in_backward, volt::detail::FSDPSchedule::BackwardSteps* steps) {
+      auto fit = [&](bool in_backward, volt::detail::FSDPSchedule::BackwardSteps* steps, int64_t* with_grad) {
         torch::manual_seed(11);
         BoringOptions bo;
         bo.blocks = 3;
@@ -120,17 +128,23 @@ TEST_CASE("optimizer_in_backward in one process: the same parameters, the units 
         t.fit(*m, loader);
         t.strategy().unshard_module(*m);
         *steps = probe->steps;
+        REQUIRE(probe->seen > 0);
+        *with_grad = probe->with_grad;
         std::map<std::string, torch::Tensor> out;
         for (auto& kv : m->named_parameters()) out[kv.key()] = kv.value().detach().clone();
         return out;
       };
       volt::detail::FSDPSchedule::BackwardSteps after_steps, inside_steps;
-      const auto after = fit(false, &after_steps);
-      const auto inside = fit(true, &inside_steps);
+      int64_t after_grads = 0, inside_grads = 0;
+      const auto after = fit(false, &after_steps, &after_grads);
+      const auto inside = fit(true, &inside_steps, &inside_grads);
       check_equal_states(inside, after);
       CHECK(after_steps.units == 0);
       CHECK(inside_steps.units == 4);
       CHECK(inside_steps.during_autograd == 3);  // all but the first Block, whose gradient comes last
+      // Each unit's gradient is freed once it has stepped; stepping after backward keeps them.
+      CHECK(after_grads > 0);
+      CHECK(inside_grads == 0);
     }
   }
 }
