@@ -57,6 +57,7 @@ void Strategy::setup_cuda_graphs(LightningModule& module) {
   cuda_graphs_.reset();
   cuda_graphs_ = std::make_shared<detail::CudaGraphs>(detail::make_graph_recorder(root_device()));
   const size_t n = cuda_graphs_->apply(module);
+  if (n == 0) cuda_graphs_.reset();  // nothing to capture: the stream goes back before the error
   VOLT_CHECK(n > 0, ConfigError,
              "config key 'trainer.cuda_graph': the model has no module to capture. volt graphs the outermost "
              "HookedModules (wrap the layers with volt::hooked(...) or derive them from volt::HookedModule, as the "
