@@ -14,7 +14,7 @@
 //     time the training thread spent waiting for collectives (CommStats::hidden_seconds).
 //
 // Usage: bench_fsdp [data_dir] [--steps 3] [--warmup 1] [--batch 2] [--block 32] [--vocab 33278] [--ninp 512]
-//                   [--nhead 8] [--nhid 2048] [--nlayers 10] [--lr 3e-4] [--forward-prefetch]
+//                   [--nhead 8] [--nhid 2048] [--nlayers 10] [--lr 3e-4] [--forward-prefetch] [--in-backward]
 //                   [--glibc-malloc]
 //                   [--worlds 1,2,4] [--strategies ddp,no_shard,shard_grad_op,full_shard] [--results FILE]
 //   One configuration of a job across hosts (bench/hosts.py runs one per host, with NODE_RANK,
@@ -78,6 +78,7 @@ struct Args {
   int64_t ninp = 512, nhead = 8, nhid = 2048, nlayers = 10;
   double lr = 3e-4;
   bool forward_prefetch = false;  // FSDP's forward_prefetch (default false, as PyTorch's)
+  bool in_backward = false;       // FSDP's optimizer_in_backward (each unit steps and frees its gradient)
   bool glibc_malloc = false;      // leave glibc's dynamic mmap threshold alone (see main)
   std::vector<int64_t> worlds = {1, 2, 4};
   std::vector<std::string> strategies = kAllStrategies;
@@ -125,6 +126,8 @@ Args parse(int argc, char** argv) {
       a.nlayers = std::stoll(value());
     else if (k == "--forward-prefetch")
       a.forward_prefetch = true;
+    else if (k == "--in-backward")
+      a.in_backward = true;
     else if (k == "--glibc-malloc")
       a.glibc_malloc = true;
     else if (k == "--lr")
@@ -275,6 +278,7 @@ int run_one(const Args& a) {
     t.strategy = "fsdp";
     t.strategy.fsdp.sharding_strategy = a.run_strategy;
     t.strategy.fsdp.forward_prefetch = a.forward_prefetch;
+    t.strategy.fsdp.optimizer_in_backward = a.in_backward;
     t.strategy.fsdp.auto_wrap_policy.module_types = {"TransformerEncoderLayer", "TransformerDecoderLayer", "Embedding",
                                                      "Linear"};
   }
@@ -413,12 +417,13 @@ int run_all(int argc, char** argv, const Args& a) {
   std::printf(
       "\nFSDP vs DDP on the CPU, demo Transformer (vocab %lld, ninp %lld, nhead %lld, nhid %lld, %lld+%lld "
       "layers): Ψ = %lld parameters (%.1f MB fp32), AdamW, fp32, batch %lld x block %lld per rank, median of "
-      "%lld timed steps after %lld warm-up, %lld cores (split among the ranks), FSDP forward_prefetch %s, %s\n\n",
+      "%lld timed steps after %lld warm-up, %lld cores (split among the ranks), FSDP forward_prefetch %s, "
+      "optimizer_in_backward %s, %s\n\n",
       static_cast<long long>(any->vocab), static_cast<long long>(a.ninp), static_cast<long long>(a.nhead),
       static_cast<long long>(a.nhid), static_cast<long long>(a.nlayers), static_cast<long long>(a.nlayers),
       static_cast<long long>(any->params), mb(4 * psi), static_cast<long long>(a.batch),
       static_cast<long long>(a.block), static_cast<long long>(a.steps), static_cast<long long>(a.warmup),
-      static_cast<long long>(cores), a.forward_prefetch ? "on" : "off",
+      static_cast<long long>(cores), a.forward_prefetch ? "on" : "off", a.in_backward ? "on" : "off",
       a.glibc_malloc ? "glibc's malloc as it comes" : "glibc's mmap threshold pinned (RSS follows live memory)");
   std::printf(
       "| strategy | world | threads/rank | step (s) | peak RSS / rank (MB) | growth, whole fit (MB) | "
