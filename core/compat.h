@@ -357,15 +357,12 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
-  /// Runs `fn` on a side stream, ordered after the work queued so far and before what comes next
-  /// (warm-up iterations before a capture, as torch.cuda.make_graphed_callables runs them). Where
-  /// the current stream is not the device's default stream (a SideStreamScope), on that stream.
-  void run_on_side_stream(const std::function<void()>& fn) const;
   /// Records the device work `fn` queues: its host code runs once, now; its kernels run at each
   /// replay(), not now. A host synchronization inside `fn` (.item(), a data-dependent shape) makes
   /// the capture fail: the error is rethrown as a c10::Error saying so, with the capture ended.
   /// CUDA cannot capture the legacy default stream: the capture runs on the current stream when
-  /// that is another one (a SideStreamScope), else on a side stream ordered like run_on_side_stream.
+  /// that is another one (a SideStreamScope), else on a pool stream ordered after the work queued so
+  /// far and before what comes next.
   void capture(const std::function<void()>& fn);
   /// Queues the recorded kernels on the current stream.
   void replay();

@@ -89,11 +89,6 @@ void on_stream(const c10::Stream& current, const c10::Stream& side, const std::f
 }
 }  // namespace
 
-void CudaGraph::run_on_side_stream(const std::function<void()>& fn) const {
-  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-  on_stream(impl.getStream(impl_->device), capture_stream(impl, impl_->device), fn);
-}
-
 void CudaGraph::capture(const std::function<void()>& fn) {
   TORCH_CHECK(!impl_->captured, "this CUDA graph was captured already");
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
@@ -139,7 +134,6 @@ CudaGraph::CudaGraph(const at::Device&, const CudaGraph*) {
               TORCH_VERSION, ")");
 }
 CudaGraph::~CudaGraph() = default;
-void CudaGraph::run_on_side_stream(const std::function<void()>&) const {}
 void CudaGraph::capture(const std::function<void()>&) {}
 void CudaGraph::replay() {}
 bool CudaGraph::captured() const { return false; }

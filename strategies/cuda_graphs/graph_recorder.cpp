@@ -31,8 +31,9 @@ class CudaGraphWork : public RecordedWork {
 // and accumulators share it and nothing crosses streams inside a capture.
 class CudaGraphRecorder : public GraphRecorder {
  public:
-  explicit CudaGraphRecorder(const at::Device& device) : stream_(device), device_(device), side_(device) {}
-  void warm_up(const std::function<void()>& fn) override { side_.run_on_side_stream(fn); }
+  explicit CudaGraphRecorder(const at::Device& device) : stream_(device), device_(device) {}
+  // On the side stream, current while this recorder exists, as the captures that follow.
+  void warm_up(const std::function<void()>& fn) override { fn(); }
   std::unique_ptr<RecordedWork> record(const std::function<void()>& fn, RecordedWork* share_pool_with) override {
     auto* share = dynamic_cast<CudaGraphWork*>(share_pool_with);
     TORCH_CHECK(share_pool_with == nullptr || share != nullptr, "a CUDA graph can share the pool of a CUDA graph only");
@@ -45,7 +46,6 @@ class CudaGraphRecorder : public GraphRecorder {
  private:
   compat::SideStreamScope stream_;  // first: made before, and gone after, everything run on it
   at::Device device_;
-  compat::CudaGraph side_;  // never captured: runs warm_up on the current (side) stream
 };
 
 class RerunWork : public RecordedWork {

@@ -71,8 +71,7 @@ void FlatParam::release_params() {
     e.param.mutable_grad() = torch::Tensor();
     e.param.set_data(torch::empty({0}, e.param.options()));
   }
-  for (auto& s : slices_) s.view.mutable_grad() = torch::Tensor();
-  shard_grad_ = torch::Tensor();
+  release_grads();
   grad_host_ = torch::Tensor();
 }
 

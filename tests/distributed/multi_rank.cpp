@@ -52,12 +52,14 @@ WorkerResult train_single(const std::map<std::string, std::string>& overrides) {
     explicit InitState(std::map<std::string, torch::Tensor>* o) : out(o) {}
     std::string state_key() const override { return "InitState"; }
     void on_train_start(Trainer&, LightningModule& m) override {
-      for (auto& kv : m.named_parameters()) (*out)[kv.key()] = kv.value().detach().cpu().clone();
+      for (auto& kv : m.named_parameters())
+        (*out)[kv.key()] = kv.value().detach().to(torch::kCPU, false, /*copy=*/true);
     }
   };
   Trainer trainer(t, {std::make_shared<InitState>(&r.init_state)});
   trainer.fit(model, loader);
-  for (auto& kv : model.named_parameters()) r.state[kv.key()] = kv.value().detach().cpu().clone();
+  for (auto& kv : model.named_parameters())
+    r.state[kv.key()] = kv.value().detach().to(torch::kCPU, false, /*copy=*/true);
   if (!gan && !stock) r.losses = static_cast<BoringModel&>(model).losses;
   r.global_step = trainer.global_step();
   return r;
