@@ -26,6 +26,10 @@
 set -uo pipefail
 out=${1:?usage: scripts/gpu.sh OUTDIR [build] [test] [bench] [lightning]}
 shift
+if [ -n "${VOLT_GPU_END:-}" ] && ! [[ $VOLT_GPU_END =~ ^[0-9]+$ ]]; then
+  echo "gpu.sh: VOLT_GPU_END must be a time in epoch seconds, as \$(( \$(date +%s) + 540 )) gives; got '$VOLT_GPU_END'"
+  exit 2
+fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 steps=" ${*:-build test bench lightning llm} "

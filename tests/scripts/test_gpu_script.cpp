@@ -1,6 +1,8 @@
 // scripts/gpu.sh, dry-run (VOLT_GPU_DRY_RUN=1 prints its commands): each step builds only the
 // targets it needs, the test filters pass through, and the carried .pc files are rewritten to point
 // into the deps folder. Runs without a GPU or a PyTorch.
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <ctime>
@@ -79,6 +81,19 @@ TEST_CASE("scripts/gpu.sh builds only what its steps need and passes test filter
     CHECK_THAT(log, Catch::Contains("gpu.sh: lightning_llm skipped: VOLT_GPU_END reached"));
     CHECK_THAT(log, !Catch::Contains("volt_tests"));
     CHECK_THAT(log, !Catch::Contains("bench_gpu " + dir));
+  }
+  SECTION("VOLT_GPU_END that is not epoch seconds is refused before anything is made") {
+    for (const std::string bad : {"soon", "-5", "1e9", "12:30"}) {
+      const std::string cmd = "cd " + dir + " && env VOLT_GPU_DRY_RUN=1 VOLT_GPU_DEPS=" + dir + "/deps VOLT_GPU_END='" +
+                              bad + "' bash " + VOLT_SOURCE_DIR + "/scripts/gpu.sh " + dir + "/out-bad bench > " + dir +
+                              "/log 2>&1";
+      const int rc = std::system(cmd.c_str());
+      CHECK(WIFEXITED(rc));
+      CHECK(WEXITSTATUS(rc) == 2);
+      CHECK_THAT(read_text(dir + "/log"), Catch::Contains("VOLT_GPU_END must be a time in epoch seconds") &&
+                                              Catch::Contains("got '" + bad + "'"));
+      CHECK_FALSE(std::filesystem::exists(dir + "/out-bad"));
+    }
   }
   // Every run rewrites the carried .pc files into deps/pkgconfig, pointing into the deps folder.
   dry_run(dir, "", "bench");
