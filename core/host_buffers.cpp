@@ -50,7 +50,9 @@ void free_pinned(void* p) {
 
 at::DataPtr compat::host_alloc_exact(size_t nbytes, bool pinned) {
 #ifdef VOLT_WITH_CUDA
-  if (pinned && nbytes > 0) {
+  // No visible GPU (none in the machine, or CUDA_VISIBLE_DEVICES empty): nothing to pin for, and
+  // CUDA's initialization would throw; the memory is pageable, as the DataLoader's pin_memory.
+  if (pinned && nbytes > 0 && torch::cuda::is_available()) {
     cuda_lazy_init();
     void* p = nullptr;
     const cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocDefault);

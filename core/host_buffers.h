@@ -29,7 +29,8 @@ struct HostBufferStats {
 };
 
 /// An uninitialized contiguous CPU tensor of `numel` elements of `dtype` in memory of exactly its
-/// size, page-locked when `pinned` and the build has CUDA (compat::kPinnedHostAlloc), counted under
+/// size, page-locked when `pinned`, the build has CUDA (compat::kPinnedHostAlloc) and a GPU is
+/// visible (pageable otherwise), counted under
 /// `kind` (e.g. "fsdp.shard") until its storage is freed. Throws c10::Error when out of memory.
 at::Tensor host_buffer(int64_t numel, at::ScalarType dtype, bool pinned, const std::string& kind);
 

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "gpu_visibility.h"
 #include "volt/core/compat.h"
 #include "volt/core/host_buffers.h"
 
@@ -22,9 +23,9 @@ TEST_CASE("host_buffer records exact sizes by kind until the storage is freed", 
     CHECK(a.is_contiguous());
     CHECK(a.device().is_cpu());
     CHECK(b.scalar_type() == torch::kBFloat16);
-    // Page-locked only where the build has CUDA (cudaHostAlloc) and a GPU is there to pin for.
-    if (!compat::kPinnedHostAlloc) CHECK_FALSE(b.is_pinned());
-    if (compat::kPinnedHostAlloc && torch::cuda::is_available()) CHECK(b.is_pinned());
+    // Page-locked only where the build has CUDA (cudaHostAlloc) and a GPU is there to pin for: this
+    // case sees none (a CUDA build then allocates pageable memory); the [cuda] case below pins.
+    if (!compat::kPinnedHostAlloc || !torch::cuda::is_available()) CHECK_FALSE(b.is_pinned());
     a.fill_(2.0f);
     CHECK(a.sum().item<double>() == 2000.0);
 
@@ -53,4 +54,16 @@ TEST_CASE("host_buffer records exact sizes by kind until the storage is freed", 
   reset_host_buffer_peaks();
   CHECK(host_buffer_stats("test.a").peak_requested == 0);
   CHECK(host_buffer_stats().requested == all0.requested);
+}
+
+TEST_CASE("host_buffer pins its memory where a GPU is visible, at its exact size", "[cuda][core][host_buffers]") {
+  if (testing::no_cuda()) return;
+  // Made before any CUDA tensor: host_buffer initializes CUDA itself (LibTorch 2.x answers
+  // is_pinned() false until then).
+  torch::Tensor b = host_buffer(3, torch::kBFloat16, /*pinned=*/true, "test.pinned");
+  CHECK(b.is_pinned() == compat::kPinnedHostAlloc);
+  CHECK(host_buffer_stats("test.pinned").requested == 6);
+  b.fill_(1.5);
+  const torch::Tensor on_gpu = b.to(torch::kCUDA, /*non_blocking=*/true);
+  CHECK(on_gpu.cpu().to(torch::kFloat).sum().item<double>() == 4.5);
 }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "gpu_visibility.h"
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
 #include "volt/strategies/precision.h"
@@ -414,9 +415,18 @@ TEST_CASE("TrainerOptions::validate range errors name the key", "[options]") {
   ok.val_check_interval = BatchLimit::count(1);
   ok.accelerator = "auto";
   CHECK_NOTHROW(ok.validate());
-  CHECK(ok.accelerator == (torch::cuda::is_available() ? "cuda" : "cpu"));
-  // devices "auto": every visible GPU on cuda, one process on the CPU.
-  CHECK(ok.devices == (torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 1));
+  // This case sees no GPU (tests/gpu_visibility.h): "auto" is the CPU, with one process.
+  CHECK(ok.accelerator == "cpu");
+  CHECK(ok.devices == 1);
+}
+
+TEST_CASE("accelerator and devices 'auto' take every visible GPU", "[cuda][options]") {
+  if (testing::no_cuda()) return;
+  TrainerOptions ok;
+  ok.accelerator = "auto";
+  CHECK_NOTHROW(ok.validate());
+  CHECK(ok.accelerator == "cuda");
+  CHECK(ok.devices == static_cast<int64_t>(torch::cuda::device_count()));
 }
 
 TEST_CASE("devices, min_epochs, min_steps, reload_dataloaders_every_n_epochs and plugins in YAML", "[options]") {

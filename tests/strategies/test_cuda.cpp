@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "distributed/multi_rank.h"
+#include "gpu_visibility.h"
 
 using namespace volt;
 using namespace volt::testing;
@@ -15,12 +16,6 @@ using namespace volt::testing;
 namespace {
 std::map<std::string, std::string> base(const std::string& root) { return quiet_blocks_kv(root); }
 const char* kFsdp = "{name: fsdp, sharding_strategy: FULL_SHARD, auto_wrap_policy: {module_types: [Block]}";
-/// True (after saying so) on a machine without a CUDA device: the case then passes without running.
-bool no_cuda() {
-  if (torch::cuda::is_available()) return false;
-  WARN("no CUDA device: CUDA cases not run here");
-  return true;
-}
 struct Case {
   std::string name, strategy;
   int devices;

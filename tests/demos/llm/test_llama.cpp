@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <set>
 
+#include "gpu_visibility.h"
 #include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/weights.h"
 #include "volt/core/compat.h"
@@ -306,10 +307,7 @@ TEST_CASE("Llama: a short fit through the Trainer learns a cycle", "[llm][fit]")
 
 TEST_CASE("Llama on CUDA: flash attention (is_causal) matches the exact path, and FSDP bf16-mixed trains",
           "[cuda][llm]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device: CUDA cases not run here");
-    return;
-  }
+  if (volt::testing::no_cuda()) return;
   auto m = built(tiny(true));
   m->to(torch::kCUDA);
   m->eval();
@@ -375,8 +373,19 @@ TEST_CASE("RMSNorm: at::rms_norm, where LibTorch has it, equals Hugging Face's f
   const auto g_formula = grads(wr * (xr * torch::rsqrt(xr.pow(2).mean(-1, true) + 1e-5)), xr, wr);
   CHECK(torch::allclose(g_op[0], g_formula[0], 1e-4, 1e-5));
   CHECK(torch::allclose(g_op[1], g_formula[1], 1e-4, 1e-5));
-  if (!torch::cuda::is_available()) return;
-  // On the GPU the module itself takes the op.
+}
+
+TEST_CASE("RMSNorm on the GPU: the module takes at::rms_norm and equals the CPU formula", "[cuda][llm][rms_norm]") {
+  using volt::demos::RMSNorm;
+  if (volt::testing::no_cuda()) return;
+  torch::manual_seed(3);
+  RMSNorm norm(64, 1e-5);
+  {
+    torch::NoGradGuard ng;
+    norm.weight.uniform_(0.5, 1.5);
+  }
+  const torch::Tensor x = torch::randn({2, 5, 64}) * 3;
+  const torch::Tensor formula = norm.forward(x);  // the CPU path: the formula
   RMSNorm gpu(64, 1e-5);
   {
     torch::NoGradGuard ng;

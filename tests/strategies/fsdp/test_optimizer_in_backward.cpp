@@ -11,6 +11,7 @@
 #include "distributed/multi_rank.h"
 #include "error_capture.h"
 #include "gan_model.h"
+#include "gpu_visibility.h"
 #include "volt/strategies/fsdp/fsdp_strategy.h"
 #include "volt/trainer/trainer.h"
 
@@ -213,10 +214,7 @@ TEST_CASE("optimizer_in_backward is a strategy key in YAML and off by default", 
 
 TEST_CASE("CUDA: optimizer_in_backward matches stepping after backward bit for bit, offloaded too",
           "[cuda][fsdp][optimizer_in_backward][multirank]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA device: CUDA cases not run here");
-    return;
-  }
+  if (volt::testing::no_cuda()) return;
   struct Case {
     int world;
     std::string extra;
