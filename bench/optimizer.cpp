@@ -9,6 +9,8 @@
 // 1B configuration's layer width (ninp 1024, nhid 4096, 1+1 layers, WikiText-2 vocabulary): AdamW
 // through volt's fused step vs the same AdamW as a subclass, which volt leaves to its own
 // torch::optim step().
+// Between the two tables, the gradient norm that clipping by norm computes (Strategy::gradient_norm)
+// against the same norm asked of ATen in fp64 per tensor, on the same gradients.
 // Usage: bench_optimizer [--layers 1,4,8] [--threads 1,2] [--steps 5] [--data DIR] [--train_steps 4]
 #include <ATen/Parallel.h>
 #include <malloc.h>
@@ -25,6 +27,7 @@
 #include "volt/demos/wikitext2_data.h"
 #include "volt/distributed/launcher.h"
 #include "volt/optim/fused_adam.h"
+#include "volt/strategies/strategy.h"
 #include "volt/trainer/trainer.h"
 
 using Clock = std::chrono::steady_clock;
@@ -142,6 +145,39 @@ double train(const std::string &data_dir, bool fused, int64_t steps, int64_t *n_
   return volt::bench::median(timer->times);
 }
 
+/// Clipping by norm's reduction over `params`' gradients, two ways, median ms of `steps` after one:
+/// volt's Strategy::gradient_norm (fp32 norms of rows of 1024 elements, summed in fp64) and
+/// the same reduction asked for fp64 per tensor (volt's before; ATen copies each fp32 gradient to
+/// fp64 first). Prints a table row with both norms' relative difference.
+void gradient_norm_row(std::vector<torch::Tensor> &params, int steps) {
+  for (auto &p : params) p.mutable_grad() = torch::randn_like(p) * 1e-3;
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1));
+  volt::SingleDeviceStrategy strategy(volt::Precision("32-true", "cpu"), "cpu");
+  auto fp64 = [&] {
+    std::vector<torch::Tensor> norms;
+    for (auto &p : params) norms.push_back(torch::norm(p.grad(), 2, torch::kDouble));
+    return std::sqrt(torch::stack(norms).square().sum().item<double>());
+  };
+  auto time = [&](auto &&fn, double *value) {
+    *value = fn();
+    std::vector<double> times;
+    for (int i = 0; i < steps; ++i) {
+      auto t0 = Clock::now();
+      *value = fn();
+      times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    return volt::bench::median(times);
+  };
+  double n64 = 0, n32 = 0;
+  const double ms64 = time(fp64, &n64);
+  const double ms32 = time([&] { return strategy.gradient_norm(opt); }, &n32);
+  int64_t n = 0;
+  for (auto &p : params) n += p.numel();
+  std::printf("| %.1f M | %d | %.1f ms | %.1f ms | %.2fx | %.1e |\n", n / 1e6, at::get_num_threads(), ms64, ms32,
+              ms64 / ms32, std::abs(n32 - n64) / n64);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -205,6 +241,21 @@ int main(int argc, char **argv) {
             n / 1e6, ts.c_str(), t.ms, k.ms, f.ms, best / f.ms, bytes / f.ms / 1e6, bytes / best / 1e6, t.peak_mb,
             f.peak_mb);
         std::fflush(stdout);
+      }
+    }
+  }
+  {
+    torch::NoGradGuard ng;
+    std::printf(
+        "\nGradient norm for clipping by norm (fp32 gradients of the same layers): fp64 reductions per "
+        "tensor vs volt's fp32 norms of rows, summed in fp64\n\n| params | threads | fp64 per tensor | volt | "
+        "speedup | relative difference |\n| --- | --- | --- | --- | --- | --- |\n");
+    for (const auto &ls : layers) {
+      torch::manual_seed(0);
+      auto params = layer_params(std::stoll(ls));
+      for (const auto &ts : threads) {
+        at::set_num_threads(std::stoi(ts));
+        gradient_norm_row(params, steps);
       }
     }
   }

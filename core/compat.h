@@ -183,11 +183,14 @@ inline c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host
 
 #ifdef VOLT_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #endif
 namespace volt::compat {
-/// Peak bytes the CUDA caching allocator handed out on `device` since the last reset (0 without CUDA).
+/// Peak bytes the CUDA caching allocator handed out on `device` since the last reset (0 without CUDA
+/// or without that GPU visible).
 inline int64_t cuda_peak_allocated(int device = 0) {
 #ifdef VOLT_WITH_CUDA
+  if (device >= c10::cuda::device_count()) return 0;  // no such GPU visible: nothing allocated
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   return stats.allocated_bytes[0].peak;  // [0]: StatType::AGGREGATE
 #else
@@ -196,6 +199,7 @@ inline int64_t cuda_peak_allocated(int device = 0) {
 }
 inline int64_t cuda_peak_reserved(int device = 0) {
 #ifdef VOLT_WITH_CUDA
+  if (device >= c10::cuda::device_count()) return 0;
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   return stats.reserved_bytes[0].peak;
 #else
@@ -210,6 +214,7 @@ struct CudaMemoryStats {
 inline CudaMemoryStats cuda_memory_stats(int device = 0) {
   CudaMemoryStats m;
 #ifdef VOLT_WITH_CUDA
+  if (device >= c10::cuda::device_count()) return m;
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   m.allocated = stats.allocated_bytes[0].current;  // [0]: StatType::AGGREGATE
   m.allocated_peak = stats.allocated_bytes[0].peak;
@@ -220,6 +225,7 @@ inline CudaMemoryStats cuda_memory_stats(int device = 0) {
 }
 inline void cuda_reset_peak(int device = 0) {
 #ifdef VOLT_WITH_CUDA
+  if (device >= c10::cuda::device_count()) return;
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 #endif
 }

@@ -23,11 +23,12 @@ struct CudaGraph::Impl {
   bool captured = false;
 };
 
-CudaGraph::CudaGraph(const at::Device& device, const CudaGraph* share_pool_with)
-    : impl_(new Impl{device, share_pool_with}) {
+CudaGraph::CudaGraph(const at::Device& device, const CudaGraph* share_pool_with) {
+  // Checked before Impl exists: at::cuda::CUDAGraph's constructor already asks CUDA for a stream.
   TORCH_CHECK(device.is_cuda(), "CUDA graphs record CUDA kernels; got a ", device, " device");
   TORCH_CHECK(share_pool_with == nullptr || share_pool_with->impl_->captured,
               "a CUDA graph can share the memory pool of a graph captured before it only");
+  impl_.reset(new Impl{device, share_pool_with});
 }
 
 CudaGraph::~CudaGraph() = default;

@@ -55,7 +55,14 @@ ProcessGroup::ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, c
   backend_name_ = options.backend.empty() ? (device_type == "cuda" ? "nccl" : "gloo") : options.backend;
   VOLT_CHECK((backend_name_ == "gloo" && detail::have_gloo()) || (backend_name_ == "nccl" && detail::have_nccl()),
              DistributedError, "process group backend '", backend_name_, "' is not available in this build",
-             detail::have_nccl() ? "" : " (CPU LibTorch)", "; use ", detail::have_gloo() ? "gloo" : "nccl");
+             backend_name_ == "nccl" ? " (CPU LibTorch); use gloo"
+                                     : " (a CUDA build without gloo's headers: CPU runs and ranks that share a GPU "
+                                       "need it; rebuild with VOLT_GLOO_INCLUDE_DIR, as scripts/gpu.sh does)");
+  // Before the store and the rendezvous, which would otherwise wait for ranks that fail the same way.
+  VOLT_CHECK(backend_name_ != "nccl" || torch::cuda::device_count() > 0, DistributedError,
+             "process group backend 'nccl' needs a GPU, and this process sees none (CUDA_VISIBLE_DEVICES='",
+             std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "<unset>",
+             "'); use gloo on the CPU");
   nccl_ = backend_name_ == "nccl";
   try {
     // A host with no route to the master, or without the GLOO_SOCKET_IFNAME it was given, fails at

@@ -1,6 +1,7 @@
 #include "volt/profiler/op_summary.h"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/cuda.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -29,7 +30,7 @@ prof::ProfilerConfig kineto_config() { return prof::ProfilerConfig(prof::Profile
 void OpSummary::start(bool cuda) {
   TORCH_CHECK(!running_, "OpSummary::start: already recording");
   std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
-  if (cuda) activities.insert(prof::ActivityType::CUDA);
+  if (cuda && torch::cuda::is_available()) activities.insert(prof::ActivityType::CUDA);
   const auto config = kineto_config();
   torch::autograd::profiler::prepareProfiler(config, activities);
   torch::autograd::profiler::enableProfiler(config, activities);

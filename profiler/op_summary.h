@@ -22,8 +22,8 @@ class OpSummary {
     double total_us = 0;  ///< summed duration, microseconds
   };
 
-  /// Starts recording host operators, and CUDA kernels too when `cuda`. Throws c10::Error when a
-  /// profiler is already on in this thread.
+  /// Starts recording host operators, and CUDA kernels too when `cuda` and a GPU is visible. Throws
+  /// c10::Error when a profiler is already on in this thread.
   void start(bool cuda);
   /// Stops and sums. With `trace_path` non-empty, writes a Chrome trace there when this LibTorch
   /// has Kineto; returns whether it did.

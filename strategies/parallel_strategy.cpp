@@ -14,7 +14,13 @@ ParallelStrategy::ParallelStrategy(Precision precision, std::string accelerator,
       devices_(devices),
       num_nodes_(num_nodes),
       timeout_(timeout),
-      backend_(std::move(backend)) {}
+      backend_(std::move(backend)) {
+  // Up front, before any rank is launched: NCCL's collectives run on GPUs only.
+  VOLT_CHECK(backend_ != "nccl" || this->accelerator() == "cuda", ConfigError,
+             "config key 'trainer.strategy.process_group_backend': nccl runs collectives on GPUs, and this run's "
+             "accelerator is '",
+             this->accelerator(), "'; use gloo, or leave the key empty (gloo on the CPU, nccl on GPUs)");
+}
 
 ParallelStrategy::~ParallelStrategy() {
   mesh_.reset();

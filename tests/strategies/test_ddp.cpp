@@ -9,8 +9,11 @@
 #include <numeric>
 #include <set>
 
+#include "boring_model.h"
 #include "distributed/multi_rank.h"
+#include "volt/core/errors.h"
 #include "volt/strategies/ddp.h"
+#include "volt/trainer/trainer.h"
 
 using namespace volt;
 using namespace volt::testing;
@@ -214,3 +217,22 @@ TEST_CASE("ModelCheckpoint: ranks that disagree on the monitored value save toge
 
 // ---- parameters without a gradient (find_unused_parameters, static_graph, gradient_as_bucket_view)
 //
+
+TEST_CASE("process_group_backend: nccl on the CPU is a ConfigError from the Trainer, before training",
+          "[ddp][config]") {
+  TrainerOptions o = quiet_options(temp_dir("nccl-cpu"));
+  o.accelerator = "cpu";
+  o.devices = 2;
+  o.strategy = "ddp";
+  o.strategy.ddp.process_group_backend = "nccl";
+  BoringModel model;
+  DataLoader loader(std::make_shared<RandomDataset>(16), DataLoaderOptions{8, false, false, 0});
+  try {
+    Trainer trainer(o);
+    trainer.fit(model, loader);
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("process_group_backend") && Catch::Contains("use gloo"));
+  }
+  CHECK(model.losses.empty());
+}

@@ -222,6 +222,12 @@ TEST_CASE("FSDP bad input fails before training", "[fsdp][config]") {
   h.sharding_strategy = "HYBRID_SHARD";
   h.device_mesh = {3, 2};
   CHECK_THROWS_WITH(FSDPStrategy(Precision("32-true", "cpu"), "cpu", 4, 1, h), Catch::Contains("device_mesh"));
+  // NCCL on the CPU: refused at construction, before a rank is launched or a store is made.
+  FSDPOptions n;
+  n.process_group_backend = "nccl";
+  CHECK_THROWS_WITH(FSDPStrategy(Precision("32-true", "cpu"), "cpu", 2, 1, n),
+                    Catch::Contains("config key 'trainer.strategy.process_group_backend'") &&
+                        Catch::Contains("accelerator is 'cpu'"));
 }
 
 namespace {
