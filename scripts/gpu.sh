@@ -13,8 +13,9 @@
 #   VOLT_GPU_TEST_SOURCES a regular expression on test source paths: only those test files are built
 #                         (e.g. "strategies/test_cuda|optim/"; default: all)
 #   VOLT_CATCH_FILTER     Catch test specs (e.g. "[cuda]"): volt_tests runs them directly, instead
-#                         of the [cuda] cases and then ctest for the others
-#   VOLT_CTEST_ARGS       extra ctest arguments (e.g. "-R fsdp") when VOLT_CATCH_FILTER is unset
+#                         of ctest for the [cuda] cases and then for the others
+#   VOLT_CTEST_ARGS       extra ctest arguments for the others (e.g. "-R fsdp"; not -E) when
+#                         VOLT_CATCH_FILTER is unset
 #   VOLT_CTEST_JOBS       ctest's parallel jobs (default 8)
 #   VOLT_GPU_VARIANTS, VOLT_GPU_BENCH_ARGS: volt's bench rows (separated by spaces) and their shape
 #   VOLT_LIGHTNING_VARIANTS: Lightning's rows, each its flags, separated by ';'
@@ -149,33 +150,43 @@ if [[ $steps == *" build "* ]]; then
 fi
 
 if [[ $steps == *" test "* ]]; then
-  # The whole suite by default, built against this LibTorch: the [cuda] cases first, in one process
-  # that keeps the GPU, then every other case through ctest, each in its own process, which hides
-  # the GPU from it (tests/gpu_visibility.h): the CPU cases check the CPU paths of this build, the
-  # [cuda] ones the GPU's. Logs append, so several runs can share OUTDIR.
+  # The whole suite by default, built against this LibTorch, each case in a process of its own
+  # (ctest): the [cuda] cases first, one at a time, which see the GPU, then every other case, whose
+  # process hides it (tests/gpu_visibility.h): the CPU cases check the CPU paths of this build, the
+  # [cuda] ones the GPU's, and VOLT_TEST_REQUIRE_GPU makes a [cuda] case that finds no GPU fail
+  # instead of passing empty. Logs append, so several runs can share OUTDIR.
+  export VOLT_TEST_REQUIRE_GPU=1
   if [ "$tests_built" = 0 ]; then
     echo "gpu.sh: tests skipped: they did not build (build.log)"
-  elif ! out_of_time tests; then
-    if [ -n "${VOLT_CATCH_FILTER:-}" ]; then
-      run_in "$bdir/tests" timeout -k 10 "$(budget 900)" ./volt_tests "$VOLT_CATCH_FILTER" >>"$out/tests.log" 2>&1 || rc=1
-      tail -n 25 "$out/tests.log"
+  elif out_of_time tests; then
+    rc=1
+  elif [ -n "${VOLT_CATCH_FILTER:-}" ]; then
+    run_in "$bdir/tests" timeout -k 10 "$(budget 900)" ./volt_tests "$VOLT_CATCH_FILTER" >>"$out/tests.log" 2>&1 || rc=1
+    tail -n 25 "$out/tests.log"
+  else
+    # ctest's names of the [cuda] cases, as one regular expression.
+    if [ "$dry" = 1 ]; then
+      cuda_cases='^volt/(<the [cuda] cases>)$'
     else
-      run_in "$bdir/tests" timeout -k 10 "$(budget 900)" ./volt_tests "[cuda]" >>"$out/tests.log" 2>&1 || rc=1
-      tail -n 5 "$out/tests.log"
-      # ctest's names of the [cuda] cases, as one regular expression, to leave them out of ctest.
-      if [ "$dry" = 1 ]; then
-        cuda_cases='^volt/(<the [cuda] cases>)$'
-      else
-        cuda_cases=$("$bdir/tests/volt_tests" --list-test-names-only "[cuda]" 2>/dev/null | grep -v '^$' |
-          sed 's/[][\\.*^$+?(){}|]/\\&/g' | paste -sd'|' -)
-        cuda_cases=${cuda_cases:+^volt/($cuda_cases)\$}
-      fi
-      if ! out_of_time ctest; then
-        # shellcheck disable=SC2086  # VOLT_CTEST_ARGS is a list of arguments
-        run_in "$bdir" timeout -k 10 "$(budget 1800)" ctest --output-on-failure -j"${VOLT_CTEST_JOBS:-8}" --timeout 300 \
-          ${cuda_cases:+-E "$cuda_cases"} ${VOLT_CTEST_ARGS:-} >>"$out/ctest.log" 2>&1 || rc=1
-        tail -n 25 "$out/ctest.log"
-      fi
+      cuda_cases=$("$bdir/tests/volt_tests" --list-test-names-only "[cuda]" 2>/dev/null | grep -v '^$' |
+        sed 's/[][\\.*^$+?(){}|]/\\&/g' | paste -sd'|' -)
+      cuda_cases=${cuda_cases:+^volt/($cuda_cases)\$}
+    fi
+    if [ -z "$cuda_cases" ]; then
+      echo "gpu.sh: volt_tests lists no [cuda] case (VOLT_GPU_TEST_SOURCES left them all out?)"
+      rc=1
+    else
+      run_in "$bdir" timeout -k 10 "$(budget 900)" ctest --output-on-failure -j1 --timeout 300 -R "$cuda_cases" \
+        >>"$out/ctest.log" 2>&1 || rc=1
+      tail -n 5 "$out/ctest.log"
+    fi
+    if out_of_time ctest; then
+      rc=1
+    else
+      # shellcheck disable=SC2086  # VOLT_CTEST_ARGS is a list of arguments (not -E: ctest keeps one)
+      run_in "$bdir" timeout -k 10 "$(budget 1800)" ctest --output-on-failure -j"${VOLT_CTEST_JOBS:-8}" --timeout 300 \
+        ${cuda_cases:+-E "$cuda_cases"} ${VOLT_CTEST_ARGS:-} >>"$out/ctest.log" 2>&1 || rc=1
+      tail -n 25 "$out/ctest.log"
     fi
   fi
 fi

@@ -29,6 +29,8 @@ std::string apply_gpu_visibility(GpuVisibility v, bool gpu_visible_if_kept) {
 
 bool no_cuda() {
   if (torch::cuda::is_available()) return false;
+  if (std::getenv("VOLT_TEST_REQUIRE_GPU") != nullptr)
+    FAIL("no CUDA device visible, and VOLT_TEST_REQUIRE_GPU is set (scripts/gpu.sh): a [cuda] case must run");
   WARN("no CUDA device: CUDA cases not run here");
   return true;
 }

@@ -23,7 +23,7 @@ GpuVisibility gpu_visibility(const std::vector<std::vector<std::string>>& select
 std::string apply_gpu_visibility(GpuVisibility v, bool gpu_visible_if_kept);
 
 /// True (after a Catch WARN saying so) where no CUDA device is visible: a [cuda] case then returns
-/// without running.
+/// without running. With VOLT_TEST_REQUIRE_GPU set (scripts/gpu.sh sets it), the case fails instead.
 bool no_cuda();
 
 }  // namespace volt::testing

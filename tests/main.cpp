@@ -24,8 +24,10 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-  // Before any CUDA use: see gpu_visibility.h.
-  const auto visibility = volt::testing::gpu_visibility(selected_tags(session));
+  // Before any CUDA use: see gpu_visibility.h. With -# (file names as tags), which Catch adds only
+  // once the run starts, the selection is not known here: the GPU stays, as for a mixed run.
+  auto visibility = volt::testing::gpu_visibility(selected_tags(session));
+  if (session.configData().filenamesAsTags) visibility = volt::testing::GpuVisibility::KeepMixed;
   const bool gpu = visibility == volt::testing::GpuVisibility::KeepMixed && torch::cuda::is_available();
   if (const std::string warning = volt::testing::apply_gpu_visibility(visibility, gpu); !warning.empty())
     std::cerr << warning << "\n";
