@@ -59,7 +59,7 @@ TEST_CASE("gradient_norm: parameters without gradients count as zero, none at al
   CHECK(strategy.gradient_norm(opt) == Approx(std::sqrt(12 * 4.0)).epsilon(1e-7));
 }
 
-TEST_CASE("gradient_norm: transposed, bf16, empty and sparse gradients; overflow and inf", "[strategy][clip]") {
+TEST_CASE("gradient_norm: transposed, bf16, empty and sparse gradients, then overflow and inf", "[strategy][clip]") {
   torch::manual_seed(3);
   SingleDeviceStrategy strategy(Precision("32-true", "cpu"), "cpu");
   auto make = [](torch::Tensor p, torch::Tensor grad) {
