@@ -341,15 +341,23 @@ TEST_CASE("Llama on CUDA: flash attention (is_causal) matches the exact path, an
   CHECK(trainer.callback_metrics().at("train_loss") < 1.0);
 }
 
-TEST_CASE("RMSNorm: at::rms_norm, where LibTorch has it, equals Hugging Face's formula", "[llm][rms_norm]") {
-  using volt::demos::RMSNorm;
+namespace {
+/// The RMSNorm cases' module (weights in [0.5, 1.5]) and input, from seed 3.
+std::pair<std::shared_ptr<volt::demos::RMSNorm>, torch::Tensor> rms_norm_case() {
   torch::manual_seed(3);
-  RMSNorm norm(64, 1e-5);
+  auto norm = std::make_shared<volt::demos::RMSNorm>(64, 1e-5);
   {
     torch::NoGradGuard ng;
-    norm.weight.uniform_(0.5, 1.5);
+    norm->weight.uniform_(0.5, 1.5);
   }
-  const torch::Tensor x = torch::randn({2, 5, 64}) * 3;
+  return {norm, torch::randn({2, 5, 64}) * 3};
+}
+}  // namespace
+
+TEST_CASE("RMSNorm: at::rms_norm, where LibTorch has it, equals Hugging Face's formula", "[llm][rms_norm]") {
+  using volt::demos::RMSNorm;
+  auto [norm_ptr, x] = rms_norm_case();
+  RMSNorm& norm = *norm_ptr;
   const torch::Tensor formula = norm.forward(x);  // the CPU path: the formula
   if (!volt::compat::kRmsNormOp) {
     CHECK_THROWS_WITH(volt::compat::rms_norm(x, norm.weight, 1e-5), Catch::Contains("LibTorch 2.4"));
@@ -378,13 +386,8 @@ TEST_CASE("RMSNorm: at::rms_norm, where LibTorch has it, equals Hugging Face's f
 TEST_CASE("RMSNorm on the GPU: the module takes at::rms_norm and equals the CPU formula", "[cuda][llm][rms_norm]") {
   using volt::demos::RMSNorm;
   if (volt::testing::no_cuda()) return;
-  torch::manual_seed(3);
-  RMSNorm norm(64, 1e-5);
-  {
-    torch::NoGradGuard ng;
-    norm.weight.uniform_(0.5, 1.5);
-  }
-  const torch::Tensor x = torch::randn({2, 5, 64}) * 3;
+  auto [norm_ptr, x] = rms_norm_case();
+  RMSNorm& norm = *norm_ptr;
   const torch::Tensor formula = norm.forward(x);  // the CPU path: the formula
   RMSNorm gpu(64, 1e-5);
   {
