@@ -1,18 +1,20 @@
 #include "volt/optim/fused_adam.h"
 
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
 #include <typeinfo>
 #include <unordered_set>
+#include <vector>
 
 #include "volt/core/compat.h"
+#include "volt/core/host_parallel.h"
 #include "volt/optim/adam_kernel.h"
 
 namespace volt {
@@ -89,12 +91,53 @@ State& state_for(torch::optim::Optimizer& opt, const torch::Tensor& p, bool amsg
   return st;
 }
 
-// Below this many elements a parameter is stepped on the calling thread.
-constexpr int64_t kGrain = 1 << 15;
+// Elements a host thread takes at least (about 7 MB of state): below twice this a step runs on the
+// calling thread, since a thread costs tens of microseconds to start.
+constexpr int64_t kGrain = 1 << 18;
+
+/// One parameter's share of a host step: its arrays and scalars.
+struct HostItem {
+  float *p, *m, *v, *vmax;
+  const float* g;
+  int64_t n;
+  detail::AdamScalars s;
+};
+
+/// Whether two items' parameters share memory (one tensor in two param groups, or overlapping
+/// views): torch::optim steps them one after the other, which only one thread can reproduce.
+bool overlapping(const std::vector<HostItem>& items) {
+  std::vector<std::pair<const float*, int64_t>> spans;
+  for (const auto& it : items) spans.emplace_back(it.p, it.n);
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i - 1].first + spans[i - 1].second > spans[i].first) return true;
+  return false;
+}
+
+/// Runs every item's update in order, all items' elements split across the host threads as one
+/// range (host_parallel.h: at::parallel_for would run on one thread here).
+void run_host_items(const std::vector<HostItem>& items) {
+  std::vector<int64_t> start(items.size() + 1, 0);
+  for (size_t i = 0; i < items.size(); ++i) start[i + 1] = start[i] + items[i].n;
+  const int threads = overlapping(items) ? 1 : detail::host_threads();
+  detail::host_parallel_for(start.back(), kGrain, threads, [&](int64_t b, int64_t e) {
+    size_t i = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), b) - start.begin()) - 1;
+    for (; b < e; ++i) {
+      const HostItem& it = items[i];
+      const int64_t lo = b - start[i], hi = std::min(e, start[i + 1]) - start[i];
+      if (hi > lo)
+        detail::adam_kernel(it.p + lo, it.g + lo, it.m + lo, it.v + lo, it.vmax ? it.vmax + lo : nullptr, hi - lo,
+                            it.s);
+      b = start[i] + hi;
+    }
+  });
+}
 
 template <class Options, class State, bool kDecoupled>
 void host_step(torch::optim::Optimizer& opt, const Filter* only) {
   torch::NoGradGuard no_grad;
+  std::vector<HostItem> items;
+  std::vector<torch::Tensor> written;
   for (auto& group : opt.param_groups()) {
     const auto& o = static_cast<const Options&>(group.options());
     const double lr = o.lr(), wd = o.weight_decay();
@@ -118,22 +161,17 @@ void host_step(torch::optim::Optimizer& opt, const Filter* only) {
       s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bc2));
       s.eps = static_cast<float>(o.eps());
       s.neg_step_size = static_cast<float>(-lr / bc1);
-      float* pp = p.data_ptr<float>();
-      const float* gp = p.grad().data_ptr<float>();
-      float* mp = st.exp_avg().template data_ptr<float>();
-      float* vp = st.exp_avg_sq().template data_ptr<float>();
-      float* xp = o.amsgrad() ? st.max_exp_avg_sq().template data_ptr<float>() : nullptr;
-      at::parallel_for(0, p.numel(), kGrain, [&](int64_t b, int64_t e) {
-        detail::adam_kernel(pp + b, gp + b, mp + b, vp + b, xp ? xp + b : nullptr, e - b, s);
-      });
-      // Written through raw pointers: record the in-place updates as torch::optim's ops would, so
-      // autograd still refuses a graph that saved the old values.
-      torch::autograd::impl::bump_version(p);
-      torch::autograd::impl::bump_version(st.exp_avg());
-      torch::autograd::impl::bump_version(st.exp_avg_sq());
-      if (xp) torch::autograd::impl::bump_version(st.max_exp_avg_sq());
+      float* vmax = o.amsgrad() ? st.max_exp_avg_sq().template data_ptr<float>() : nullptr;
+      items.push_back({p.data_ptr<float>(), st.exp_avg().template data_ptr<float>(),
+                       st.exp_avg_sq().template data_ptr<float>(), vmax, p.grad().data_ptr<float>(), p.numel(), s});
+      written.insert(written.end(), {p, st.exp_avg(), st.exp_avg_sq()});
+      if (vmax) written.push_back(st.max_exp_avg_sq());
     }
   }
+  run_host_items(items);
+  // Written through raw pointers: record the in-place updates as torch::optim's ops would, so
+  // autograd still refuses a graph that saved the old values.
+  for (auto& t : written) torch::autograd::impl::bump_version(t);
 }
 
 template <class Options, class State, bool kDecoupled>

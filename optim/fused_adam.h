@@ -7,9 +7,11 @@
 /// same options (lr, betas, eps, weight_decay, amsgrad, per param group) and the same state objects
 /// (AdamParamState / AdamWParamState in optimizer.state()), so checkpoints, LR schedulers and a
 /// later optimizer.step() see no difference. Two kernels (AdamStepPath):
-///   - Host: volt's own single-pass loop over fp32 CPU tensors, on all intra-op threads (CPU
-///     training, FSDP's cpu_offload). It keeps torch::optim's order of float operations: results
-///     agree to float rounding (the order of two operations may differ where the CPU has FMA).
+///   - Host: volt's own single-pass loop over fp32 CPU tensors (CPU training, FSDP's cpu_offload),
+///     the elements of all the parameters stepped split across at::get_num_threads() threads of its
+///     own (core/host_parallel.h: at::parallel_for would run on one thread in volt's code). It
+///     keeps torch::optim's order of float operations: results agree to float rounding (the order
+///     of two operations may differ where the CPU has FMA).
 ///   - ATen: PyTorch's fused multi-tensor kernel (at::_fused_adam_ / at::_fused_adamw_, behind
 ///     compat::fused_adam_), where this LibTorch has it (compat.h: CUDA since 2.1, CPU since 2.4):
 ///     fp32, bf16 or fp16 CUDA parameters, and 16-bit CPU ones the host loop does not take. It
@@ -41,7 +43,8 @@ AdamStepPath fused_adam_path(torch::optim::Optimizer& optimizer);
 bool fused_adam_supported(torch::optim::Optimizer& optimizer);
 
 /// Steps `optimizer` with the fused kernel and returns true, or returns false without touching
-/// anything when fused_adam_path is Step (call optimizer.step() then). Uses ATen's intra-op threads.
+/// anything when fused_adam_path is Step (call optimizer.step() then). Uses at::get_num_threads()
+/// threads (the host path's own, or ATen's).
 bool fused_adam_step(torch::optim::Optimizer& optimizer);
 
 /// Steps `optimizer` by `path` whatever fused_adam_path says (tests compare the paths). Host or ATen

@@ -1,3 +1,4 @@
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
@@ -36,13 +37,13 @@ double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return max_diff(a, b) / b.abs().max().item<double>();
 }
 
-/// Three parameters (one large enough to be split across threads, one tiny, one that never gets a
-/// gradient) in two param groups; the same values in `a` and `b`.
+/// Three parameters (one larger than a host thread's share of a step, one tiny, one that never gets
+/// a gradient) in two param groups; the same values in `a` and `b`.
 struct Params {
   std::vector<torch::Tensor> a, b;
   explicit Params(uint64_t seed) {
     torch::manual_seed(seed);
-    for (int64_t n : {100003, 7, 64}) {
+    for (int64_t n : {600011, 7, 64}) {
       auto t = torch::randn({n});
       a.push_back(t.clone().requires_grad_(true));
       b.push_back(t.clone().requires_grad_(true));
@@ -265,6 +266,40 @@ struct FusedProbe : BoringModel {
   }
   std::vector<bool> supported;
 };
+
+TEST_CASE("Fused host step on several threads equals one thread bit for bit", "[optim]") {
+  // Split points fall inside parameters and between them; a tensor listed in two groups is
+  // stepped twice in order, as torch::optim steps it; an empty parameter is stepped as well.
+  auto run = [](int threads) {
+    const int before = at::get_num_threads();
+    at::set_num_threads(threads);
+    torch::manual_seed(3);
+    std::vector<torch::Tensor> ps;
+    for (int64_t n : {300001, 7, 0, 500009}) ps.push_back(torch::randn({n}).requires_grad_(true));
+    auto dup = torch::randn({300000}).requires_grad_(true);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{ps[0], ps[1], dup},
+                        std::make_unique<torch::optim::AdamWOptions>(0.01));
+    groups.emplace_back(std::vector<torch::Tensor>{ps[2], ps[3]}, std::make_unique<torch::optim::AdamWOptions>(0.03));
+    torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(0.01));
+    opt.param_groups()[1].params().push_back(dup);
+    for (int k = 0; k < 4; ++k) {
+      for (auto& p : ps) p.mutable_grad() = torch::randn_like(p);
+      dup.mutable_grad() = torch::randn_like(dup);
+      REQUIRE(fused_adam_path(opt) == AdamStepPath::Host);
+      REQUIRE(fused_adam_step(opt));
+    }
+    at::set_num_threads(before);
+    const auto& st = state_of<torch::optim::AdamWParamState>(opt, dup);
+    CHECK(st.step() == 8);  // two updates a step
+    ps.push_back(dup);
+    ps.push_back(st.exp_avg_sq());
+    return ps;
+  };
+  auto one = run(1), three = run(3);
+  REQUIRE(one.size() == three.size());
+  for (size_t i = 0; i < one.size(); ++i) CHECK(torch::equal(one[i], three[i]));
+}
 
 TEST_CASE("Trainer with Adam on the CPU (fused step) matches a plain LibTorch loop", "[optim][trainer]") {
   BoringOptions bo;
