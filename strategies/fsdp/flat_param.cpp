@@ -85,6 +85,8 @@ void FlatParam::bind_params() {
 
 size_t FlatParam::unsharded_bytes() const { return compat::storage_nbytes(full_); }
 
+size_t FlatParam::send_bytes() const { return send_.defined() ? send_.nbytes() : 0; }
+
 void FlatParam::refill_full() {
   const size_t nbytes = static_cast<size_t>(padded_) * full_.element_size();
   if (compat::storage_nbytes(full_) == nbytes) return;
@@ -96,19 +98,17 @@ void FlatParam::unshard_async(ProcessGroup* pg) {
   if (state_ != UnitState::Sharded) return;
   refill_full();
   at::AutoDispatchBelowADInplaceOrView guard;
-  if (offload_) {
-    // An asynchronous copy from pinned memory as it is, cast on the device: a copy that also casts
-    // converts on the host first, into pageable memory, and then cannot overlap.
-    send_ = shard_.to(full_.device(), /*non_blocking=*/true);
-    if (send_.scalar_type() != param_dtype_) send_ = send_.to(param_dtype_);
-  } else {
-    send_ = shard_.to(torch::TensorOptions().device(full_.device()).dtype(param_dtype_));
-  }
+  // Offloaded: an asynchronous copy from pinned memory as it is, cast on the device (a copy that
+  // also casts converts on the host first, into pageable memory, and then cannot overlap).
+  torch::Tensor local = offload_ ? shard_.to(full_.device(), /*non_blocking=*/true) : shard_;
   if (pg == nullptr || pg->size() == 1) {
-    full_.copy_(send_);
+    // The shard is the whole unit: copy_ casts into the gathered buffer, and no cast copy of the
+    // unit stays alive beside it (it did, for every gathered unit, until its reshard).
+    full_.copy_(local);
     state_ = UnitState::Unsharded;
     return;
   }
+  send_ = local.scalar_type() == param_dtype_ ? local : local.to(param_dtype_);
   work_ = pg->all_gather_async(full_, send_);
   state_ = UnitState::Gathering;
 }

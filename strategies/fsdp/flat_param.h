@@ -58,6 +58,9 @@ class FlatParam {
   UnitState state() const { return state_; }
   /// Bytes the unsharded buffer currently holds (0 when freed).
   size_t unsharded_bytes() const;
+  /// Bytes of the shard's cast copy that a gather in flight sends (0 when none is in flight; at shard
+  /// size 1 none outlives unshard_async).
+  size_t send_bytes() const;
 
   /// Starts gathering the shards into `full` (no-op unless Sharded). `pg` null = shard size 1.
   void unshard_async(ProcessGroup* pg);

@@ -206,6 +206,7 @@ TEST_CASE("FlatParam gathers in the parameter dtype and keeps fp32 master values
   const auto& p = f.entries()[0].param;
   CHECK(p.scalar_type() == torch::kBFloat16);
   CHECK(f.unsharded_bytes() == 3 * 2);
+  CHECK(f.send_bytes() == 0);  // no bf16 copy of the shard kept beside the gathered unit
   CHECK(torch::equal(p, torch::tensor({0.1f, 1.0f / 3.0f, 1000.5f}).to(torch::kBFloat16)));
   CHECK(f.shard().scalar_type() == torch::kFloat);
   CHECK(f.shard()[2].item<float>() == 1000.5f);  // not rounded to bf16 (1000 or 1004)
