@@ -16,13 +16,15 @@
 // non-embedding parameter plus attention's 12 * layers * heads * head_dim * block, where the
 // encoder-decoder's layers are 3 * nlayers attention blocks). Host memory: the exact-size host
 // buffers (core/host_buffers.h: offloaded shards and gradients) and the optimizer state against the
-// fp32 state (16 bytes a parameter), and the peak RSS against the same.
+// fp32 state (16 bytes a parameter), and the peak RSS against the same. Device memory: the run's
+// peak, and the peak of each phase of a step (PhasePeaks: peak_forward_mb, peak_backward_mb, ...).
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -83,6 +85,30 @@ struct ProfileSteps : Callback {
   int64_t first, n;
   std::string path;
   OpSummary summary;
+};
+
+/// Where the device memory peaks: the largest allocation in each phase, over every step. Phases:
+/// set-up (until training starts), forward (batch start to on_before_backward), backward (to
+/// on_after_backward: optimizer_in_backward's steps run here) and after backward (the optimizer
+/// step, zero_grad and logging, until the next batch starts; after the last, teardown too). The
+/// allocator's peak is reset as each phase begins, so the run's peak is the largest of them.
+struct PhasePeaks : Callback {
+  enum Phase { Setup, Forward, Backward, AfterBackward, kPhases };
+  static constexpr const char* kNames[kPhases] = {"setup", "forward", "backward", "after_backward"};
+  std::string state_key() const override { return "PhasePeaks"; }
+  void on_train_start(Trainer&, LightningModule&) override { close(Setup); }
+  void on_train_batch_start(Trainer&, LightningModule&, const Batch&, int64_t) override { close(AfterBackward); }
+  void on_before_backward(Trainer&, LightningModule&, const torch::Tensor&) override { close(Forward); }
+  void on_after_backward(Trainer&, LightningModule&) override { close(Backward); }
+  /// Ends phase p: its peak so far is kept, and the allocator's peak starts again from what is allocated now.
+  void close(Phase p) {
+    allocated[p] = std::max(allocated[p], compat::cuda_peak_allocated(0));
+    reserved = std::max(reserved, compat::cuda_peak_reserved(0));
+    compat::cuda_reset_peak(0);
+  }
+  int64_t peak() const { return *std::max_element(allocated, allocated + kPhases); }
+  int64_t allocated[kPhases] = {0, 0, 0, 0};
+  int64_t reserved = 0;
 };
 
 /// Peak resident memory of this process (VmHWM), in bytes.
@@ -198,7 +224,8 @@ int main(int argc, char** argv) {
   }
   compat::cuda_reset_peak(0);
   auto timer = std::make_shared<StepTimer>(a["warmup"], a["steps"]);
-  std::vector<std::shared_ptr<Callback>> callbacks{timer};
+  auto peaks = std::make_shared<PhasePeaks>();
+  std::vector<std::shared_ptr<Callback>> callbacks{timer, peaks};
   if (a["profile"] > 0)
     callbacks.push_back(std::make_shared<ProfileSteps>(
         a["warmup"] + a["steps"], a["profile"],
@@ -228,6 +255,7 @@ int main(int argc, char** argv) {
                             std::make_shared<RandomTokens>(a["batch"] * t.max_steps, a["block"], a["vocab"]), lo)
                       : data.train_loader();
     trainer.fit(*model, *loader);
+    peaks->close(PhasePeaks::AfterBackward);
     host = host_buffer_stats();
     if (trainer.optimizer()) optimizer_state_bytes = adam_state_bytes(*trainer.optimizer());
   }
@@ -248,21 +276,25 @@ int main(int argc, char** argv) {
       offload ? (static_cast<double>(host.peak_held) + static_cast<double>(optimizer_state_bytes)) / state_bytes : 0;
   const std::string strategy =
       variant + (t.cuda_graph ? "+graph" : "") + (t.strategy.fsdp.optimizer_in_backward ? "+oib" : "");
-  char row[1536];
+  std::string phases;  // "peak_forward_mb" etc.: where the peak is (PhasePeaks)
+  for (int p = 0; p < PhasePeaks::kPhases; ++p)
+    phases += ", \"peak_" + std::string(PhasePeaks::kNames[p]) +
+              "_mb\": " + std::to_string(std::lround(peaks->allocated[p] / 1048576.0));
+  char row[2048];
   std::snprintf(row, sizeof row,
                 "{\"framework\": \"volt\", \"model\": \"%s\", \"strategy\": \"%s\", \"params\": %lld, "
                 "\"params_non_embedding\": %lld, "
                 "\"batch\": %lld, \"block\": %lld, \"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"peak_alloc_mb\": %.1f, "
                 "\"peak_reserved_mb\": %.1f, \"flops_per_token\": %.6g, \"tflops\": %.2f, \"matmul_tflops\": %.1f, "
                 "\"mfu\": %.4f, \"host_requested_mb\": %.1f, \"host_held_mb\": %.1f, \"optimizer_state_mb\": %.1f, "
-                "\"host_per_state_byte\": %.4f, \"peak_rss_mb\": %.1f, \"rss_per_state_byte\": %.4f}",
+                "\"host_per_state_byte\": %.4f, \"peak_rss_mb\": %.1f, \"rss_per_state_byte\": %.4f%s}",
                 llm ? "llama" : "demo", strategy.c_str(), static_cast<long long>(n_params),
                 static_cast<long long>(timer->params.non_embedding()), static_cast<long long>(a["batch"]),
-                static_cast<long long>(a["block"]), step * 1e3, tokens / step,
-                compat::cuda_peak_allocated(0) / 1048576.0, compat::cuda_peak_reserved(0) / 1048576.0, per_token,
-                flops / step / 1e12, peak_rate, flops / step / 1e12 / peak_rate, host.peak_requested / 1048576.0,
-                host.peak_held / 1048576.0, optimizer_state_bytes / 1048576.0, host_per_state,
-                peak_rss_bytes() / 1048576.0, static_cast<double>(peak_rss_bytes()) / state_bytes);
+                static_cast<long long>(a["block"]), step * 1e3, tokens / step, peaks->peak() / 1048576.0,
+                peaks->reserved / 1048576.0, per_token, flops / step / 1e12, peak_rate, flops / step / 1e12 / peak_rate,
+                host.peak_requested / 1048576.0, host.peak_held / 1048576.0, optimizer_state_bytes / 1048576.0,
+                host_per_state, peak_rss_bytes() / 1048576.0, static_cast<double>(peak_rss_bytes()) / state_bytes,
+                phases.c_str());
   std::printf("%s\n", row);
   std::ofstream(out, std::ios::app) << row << "\n";
   return 0;
