@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <exception>
 #include <mutex>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -35,11 +34,14 @@ void host_parallel_for(int64_t n, int64_t grain, int threads, const std::functio
   };
   std::vector<std::thread> workers;
   std::vector<int64_t> left;  // chunks no thread could be started for
+  // Reserved first, so that nothing below throws while a started thread is still joinable (its
+  // destructor would end the process).
   workers.reserve(static_cast<size_t>(chunks - 1));
+  left.reserve(static_cast<size_t>(chunks - 1));
   for (int64_t c = 1; c < chunks; ++c) {
     try {
       workers.emplace_back(run, c);
-    } catch (const std::system_error&) {
+    } catch (...) {  // std::system_error from pthread_create, std::bad_alloc for the thread's state
       left.push_back(c);
     }
   }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <tuple>
 #include <typeinfo>
@@ -91,8 +92,8 @@ State& state_for(torch::optim::Optimizer& opt, const torch::Tensor& p, bool amsg
   return st;
 }
 
-// Elements a host thread takes at least (about 7 MB of state): below twice this a step runs on the
-// calling thread, since a thread costs tens of microseconds to start.
+// Elements a host thread takes at least (about 7 MB of memory traffic, 28 bytes an element): below
+// twice this a step runs on the calling thread, since a thread costs tens of microseconds to start.
 constexpr int64_t kGrain = 1 << 18;
 
 /// One parameter's share of a host step: its arrays and scalars.
@@ -106,11 +107,14 @@ struct HostItem {
 /// Whether two items' parameters share memory (one tensor in two param groups, or overlapping
 /// views): torch::optim steps them one after the other, which only one thread can reproduce.
 bool overlapping(const std::vector<HostItem>& items) {
-  std::vector<std::pair<const float*, int64_t>> spans;
-  for (const auto& it : items) spans.emplace_back(it.p, it.n);
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans;  // [begin, end) addresses
+  for (const auto& it : items) {
+    const auto b = reinterpret_cast<uintptr_t>(it.p);
+    spans.emplace_back(b, b + static_cast<uintptr_t>(it.n) * sizeof(float));
+  }
   std::sort(spans.begin(), spans.end());
   for (size_t i = 1; i < spans.size(); ++i)
-    if (spans[i - 1].first + spans[i - 1].second > spans[i].first) return true;
+    if (spans[i - 1].second > spans[i].first) return true;
   return false;
 }
 
@@ -136,6 +140,12 @@ void run_host_items(const std::vector<HostItem>& items) {
 template <class Options, class State, bool kDecoupled>
 void host_step(torch::optim::Optimizer& opt, const Filter* only) {
   torch::NoGradGuard no_grad;
+  // The states first (what can fail: the moments' memory), so that no step count moves unless every
+  // parameter is then updated.
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params())
+      if (p.grad().defined() && selected(only, p))
+        state_for<State>(opt, p, static_cast<const Options&>(group.options()).amsgrad());
   std::vector<HostItem> items;
   std::vector<torch::Tensor> written;
   for (auto& group : opt.param_groups()) {

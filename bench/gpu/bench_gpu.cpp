@@ -87,11 +87,13 @@ struct ProfileSteps : Callback {
   OpSummary summary;
 };
 
-/// Where the device memory peaks: the largest allocation in each phase, over every step. Phases:
-/// set-up (until training starts), forward (batch start to on_before_backward), backward (to
-/// on_after_backward: optimizer_in_backward's steps run here) and after backward (the optimizer
-/// step, zero_grad and logging, until the next batch starts; after the last, teardown too). The
-/// allocator's peak is reset as each phase begins, so the run's peak is the largest of them.
+/// Where the device memory peaks: the peak allocated bytes of each phase, over every step. A phase
+/// is named by the hook that ends it: set-up (until training starts), forward (batch start to
+/// on_before_backward), backward (to on_after_backward: optimizer_in_backward's steps run here) and
+/// after backward (the optimizer step, zero_grad, logging, the next batch's transfer, until the next
+/// batch starts; after the last, teardown too). The bench has no validation, accumulation or manual
+/// optimization, which would blur these names. The allocator's peak is reset as each phase begins,
+/// so the run's peak is the largest of them.
 struct PhasePeaks : Callback {
   enum Phase { Setup, Forward, Backward, AfterBackward, kPhases };
   static constexpr const char* kNames[kPhases] = {"setup", "forward", "backward", "after_backward"};

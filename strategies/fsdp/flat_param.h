@@ -58,8 +58,9 @@ class FlatParam {
   UnitState state() const { return state_; }
   /// Bytes the unsharded buffer currently holds (0 when freed).
   size_t unsharded_bytes() const;
-  /// Bytes of the shard's cast copy that a gather in flight sends (0 when none is in flight; at shard
-  /// size 1 none outlives unshard_async).
+  /// Bytes of what a gather in flight sends: the shard on the device in the parameter dtype (the
+  /// shard itself where that is its dtype, else a copy). 0 when no gather is in flight; at shard
+  /// size 1 nothing outlives unshard_async.
   size_t send_bytes() const;
 
   /// Starts gathering the shards into `full` (no-op unless Sharded). `pg` null = shard size 1.
