@@ -3,10 +3,12 @@
 # PyTorch (with the Debian deps carried in .gpu-deps, made by ../shared/gpu/prepare-deps.sh), runs
 # the test suite (the CUDA tests included) and the GPU benchmarks (volt and Lightning side by side),
 # and writes logs and tables to OUTDIR.
-# usage: scripts/gpu.sh OUTDIR [build] [test] [bench] [lightning] [llm]   (default: all of them)
+# usage: scripts/gpu.sh OUTDIR [build] [test] [bench] [lightning] [llm] [ops]   (default: all of them)
 #
 # Each step builds only what it needs, so that one run fits in ten minutes: `build` makes volt_cli
-# and bench_gpu, plus volt_tests and volt_test_worker when `test` is asked for too.
+# and bench_gpu, plus volt_tests and volt_test_worker when `test` is asked for too, and
+# bench_llm_ops for `ops` (the Llama's rotary embeddings and loss, Hugging Face's form against
+# volt's, at the `llm` step's shape: OUT/llm_ops.md).
 # Environment (all optional):
 #   VOLT_GPU_DEPS         the carried deps (default .gpu-deps; relative to the repository or absolute)
 #   VOLT_GPU_BUILD_DIR    the build folder (default build-gpu)
@@ -34,7 +36,7 @@ if [ -n "${VOLT_GPU_END:-}" ] && ! [[ $VOLT_GPU_END =~ ^[0-9]+$ ]]; then
 fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-steps=" ${*:-build test bench lightning llm} "
+steps=" ${*:-build test bench lightning llm ops} "
 cd "$(dirname "$0")/.." || exit 2
 dry=${VOLT_GPU_DRY_RUN:-0}
 deps=${VOLT_GPU_DEPS:-.gpu-deps}
@@ -117,6 +119,7 @@ if [[ $steps == *" build "* ]]; then
   t0=$(date +%s)
   targets=(volt_cli bench_gpu)
   [[ $steps == *" test "* ]] && targets+=(volt_tests volt_test_worker)
+  [[ $steps == *" ops "* ]] && targets+=(bench_llm_ops)
   # The wheel ships no gloo headers. Debian's (carried in $deps/gloo-include) are used if they
   # compile against this LibTorch's ProcessGroupGloo.hpp; otherwise volt builds with NCCL only.
   gloo_flag=()
@@ -227,6 +230,17 @@ if [[ $steps == *" llm "* ]]; then
     # shellcheck disable=SC2086
     run timeout -k 10 "$(budget 300)" python3 bench/gpu/lightning_llm.py "$out/bench.jsonl" --intermediate 8192 --tie 0 \
       --rope_theta 500000 $shape >>"$out/lightning.log" 2>&1 || { echo "lightning_llm failed:"; tail -5 "$out/lightning.log"; rc=1; }
+  fi
+fi
+
+if [[ $steps == *" ops "* ]]; then
+  if out_of_time bench_llm_ops; then
+    rc=1
+  else
+    run timeout -k 10 "$(budget 120)" "$bdir/bench/bench_llm_ops" --device cuda --dtype bf16 --batch "${VOLT_LLM_BATCH:-8}" \
+      --block "${VOLT_LLM_BLOCK:-2048}" --heads 16 --kv_heads 8 --head_dim 128 --vocab 32000 >"$out/llm_ops.md" 2>&1 ||
+      { echo "bench_llm_ops failed:"; rc=1; }
+    cat "$out/llm_ops.md"
   fi
 fi
 

@@ -7,6 +7,7 @@
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
+#include "volt/demos/llm/rotary.h"
 #include "volt/profiler/model_flops.h"
 
 namespace volt::demos {
@@ -22,15 +23,6 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t n_rep) {
   if (n_rep == 1) return x;
   const auto s = x.sizes();
   return x.unsqueeze(2).expand({s[0], s[1], n_rep, s[2], s[3]}).reshape({s[0], s[1] * n_rep, s[2], s[3]});
-}
-
-torch::Tensor rotate_half(const torch::Tensor& t) {
-  const int64_t half = t.size(-1) / 2;
-  return torch::cat({-t.narrow(-1, half, half), t.narrow(-1, 0, half)}, -1);
-}
-
-torch::Tensor apply_rotary(const torch::Tensor& t, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return t * cos + rotate_half(t) * sin;
 }
 
 /// softmax(q k^T * scale + mask) v with the softmax in float32: the exact path (CPU, and a KV cache
@@ -113,17 +105,6 @@ double LlamaOptions::flops_per_token(int64_t seq_len) const {
   return volt::flops_per_token(n, num_hidden_layers, num_attention_heads, head_dim(), seq_len);
 }
 
-std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t start, int64_t len, int64_t head_dim, double theta,
-                                                      const torch::Device& device, torch::Dtype dtype) {
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
-  const auto exponent = torch::arange(0, head_dim, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / head_dim;
-  const auto inv_freq = 1.0 / torch::pow(theta, exponent);
-  const auto pos = torch::arange(start, start + len, f32.dtype(torch::kLong)).to(torch::kFloat);
-  const auto freqs = torch::outer(pos, inv_freq);
-  const auto emb = torch::cat({freqs, freqs}, -1);
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
-}
-
 RMSNorm::RMSNorm(int64_t dim, double eps) : eps_(eps) { weight = register_parameter("weight", torch::ones({dim})); }
 
 torch::Tensor RMSNorm::forward(const torch::Tensor& x) {
@@ -146,14 +127,13 @@ LlamaAttention::LlamaAttention(const LlamaOptions& o)
   o_proj = register_module("o_proj", linear(heads_ * head_dim_, d));
 }
 
-torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                      KVCache* cache, int64_t layer) {
+torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tensor& rope, KVCache* cache,
+                                      int64_t layer) {
   const int64_t b = x.size(0), t = x.size(1);
-  auto q = q_proj(x).view({b, t, heads_, head_dim_}).transpose(1, 2);
-  auto k = k_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+  // Rotary on [B, T, H, hd], as the projections lay it out (dense), then heads before positions.
+  auto q = apply_rotary(q_proj(x).view({b, t, heads_, head_dim_}), rope).transpose(1, 2);
+  auto k = apply_rotary(k_proj(x).view({b, t, kv_heads_, head_dim_}), rope).transpose(1, 2);
   auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
-  q = apply_rotary(q, cos, sin);
-  k = apply_rotary(k, cos, sin);
   int64_t past = 0;
   if (cache != nullptr) {
     past = cache->length;
@@ -192,19 +172,19 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaOptions& o) {
       register_module("post_attention_layernorm", std::make_shared<RMSNorm>(o.hidden_size, o.rms_norm_eps));
 }
 
-torch::Tensor LlamaDecoderLayer::body(const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin,
-                                      KVCache* cache, int64_t layer) {
-  auto x = h + self_attn->forward(input_layernorm->forward(h), cos, sin, cache, layer);
+torch::Tensor LlamaDecoderLayer::body(const torch::Tensor& h, const torch::Tensor& rope, KVCache* cache,
+                                      int64_t layer) {
+  auto x = h + self_attn->forward(input_layernorm->forward(h), rope, cache, layer);
   return x + mlp->forward(post_attention_layernorm->forward(x));
 }
 
-torch::Tensor LlamaDecoderLayer::forward(const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return intercepted({h, cos, sin}, [this](const TensorVec& in) { return body(in[0], in[1], in[2], nullptr, 0); });
+torch::Tensor LlamaDecoderLayer::forward(const torch::Tensor& h, const torch::Tensor& rope) {
+  return intercepted({h, rope}, [this](const TensorVec& in) { return body(in[0], in[1], nullptr, 0); });
 }
 
-torch::Tensor LlamaDecoderLayer::forward_cached(const torch::Tensor& h, const torch::Tensor& cos,
-                                                const torch::Tensor& sin, KVCache& cache, int64_t layer) {
-  return body(h, cos, sin, &cache, layer);
+torch::Tensor LlamaDecoderLayer::forward_cached(const torch::Tensor& h, const torch::Tensor& rope, KVCache& cache,
+                                                int64_t layer) {
+  return body(h, rope, &cache, layer);
 }
 
 LlamaModel::LlamaModel(const LlamaOptions& o, const LayerBuilt& built) : options_(o) {
@@ -236,10 +216,10 @@ torch::Tensor LlamaModel::forward(const torch::Tensor& input_ids, KVCache* cache
   VOLT_CHECK(cache == nullptr || start + t <= cache->capacity, DataError, "Llama: the KV cache holds ",
              cache ? cache->capacity : 0, " positions, ", start + t, " are needed");
   auto h = embed_tokens->forward(input_ids);
-  auto [cos, sin] = rotary_tables(start, t, options_.head_dim(), options_.rope_theta, h.device(), h.scalar_type());
+  const auto rope = rotary_table(start, t, options_.head_dim(), options_.rope_theta, h.device(), h.scalar_type());
   for (size_t i = 0; i < layers->size(); ++i) {
     auto& layer = *layers->ptr<LlamaDecoderLayer>(i);
-    h = cache ? layer.forward_cached(h, cos, sin, *cache, static_cast<int64_t>(i)) : layer.forward(h, cos, sin);
+    h = cache ? layer.forward_cached(h, rope, *cache, static_cast<int64_t>(i)) : layer.forward(h, rope);
   }
   if (cache) cache->length += t;
   return norm->forward(h);

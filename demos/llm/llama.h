@@ -22,6 +22,7 @@
 
 #include "volt/core/hooked_module.h"
 #include "volt/core/hooked_wrapper.h"
+#include "volt/demos/llm/rotary.h"
 
 namespace volt::demos {
 
@@ -87,10 +88,10 @@ class RMSNorm : public torch::nn::Module {
 class LlamaAttention : public torch::nn::Module {
  public:
   explicit LlamaAttention(const LlamaOptions& o);
-  /// x [B, T, d]; cos/sin [T, hd] for positions cache.length .. +T (or 0 .. T without a cache);
+  /// x [B, T, d]; rope: rotary_table (rotary.h) for positions cache.length .. +T (or 0 .. T
+  /// without a cache);
   /// `cache` (may be null) receives this call's keys and values at `layer`.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        KVCache* cache = nullptr, int64_t layer = 0);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope, KVCache* cache = nullptr, int64_t layer = 0);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
@@ -111,18 +112,16 @@ class LlamaDecoderLayer : public HookedModule {
  public:
   explicit LlamaDecoderLayer(const LlamaOptions& o);
   /// Training and evaluation (through the strategies' interceptors).
-  torch::Tensor forward(const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin);
+  torch::Tensor forward(const torch::Tensor& h, const torch::Tensor& rope);
   /// Generation with a KV cache (no interceptors: the model is whole).
-  torch::Tensor forward_cached(const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin,
-                               KVCache& cache, int64_t layer);
+  torch::Tensor forward_cached(const torch::Tensor& h, const torch::Tensor& rope, KVCache& cache, int64_t layer);
 
   std::shared_ptr<LlamaAttention> self_attn;
   std::shared_ptr<LlamaMLP> mlp;
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
 
  private:
-  torch::Tensor body(const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin, KVCache* cache,
-                     int64_t layer);
+  torch::Tensor body(const torch::Tensor& h, const torch::Tensor& rope, KVCache* cache, int64_t layer);
 };
 
 /// Called as each decoder layer is complete (FSDP shards it at once; see LightningModule::wrap).
@@ -152,10 +151,5 @@ class LlamaModel : public torch::nn::Module {
   LlamaOptions options_;
   torch::Tensor embedding_weight_;
 };
-
-/// Rotary tables for positions [start, start + len): cos and sin [len, hd] in `dtype`, computed in
-/// float32 as Hugging Face does.
-std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t start, int64_t len, int64_t head_dim, double theta,
-                                                      const torch::Device& device, torch::Dtype dtype);
 
 }  // namespace volt::demos

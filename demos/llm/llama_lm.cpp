@@ -8,6 +8,7 @@
 
 #include "volt/core/errors.h"
 #include "volt/core/options.h"
+#include "volt/demos/llm/token_cross_entropy.h"
 #include "volt/module/lr_scheduler.h"
 #include "volt/trainer/trainer.h"
 
@@ -133,10 +134,9 @@ torch::Tensor LlamaLM::loss(const Batch& batch) {
   const auto& labels = named(batch, "labels");
   VOLT_CHECK(ids.sizes() == labels.sizes(), DataError, "LlamaLM: input_ids ", ids.sizes(), " and labels ",
              labels.sizes(), " differ in shape");
-  const auto logits = forward(ids);
-  return torch::nn::functional::cross_entropy(
-      logits.to(torch::kFloat).view({-1, logits.size(-1)}), labels.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex));
+  // F.cross_entropy(logits.float(), labels) without float32 copies of the logits
+  // ([Note: cross-entropy with its gradient made in the forward]).
+  return token_cross_entropy(forward(ids), labels, kIgnoreIndex);
 }
 
 torch::Tensor LlamaLM::training_step(const Batch& batch, int64_t) {

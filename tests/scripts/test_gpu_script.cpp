@@ -65,6 +65,12 @@ TEST_CASE("scripts/gpu.sh builds only what its steps need and passes test filter
     CHECK(cuda < ctest);
     CHECK_THAT(log, !Catch::Contains("cmake --build"));
   }
+  SECTION("ops: bench_llm_ops built and run on the GPU in bf16 at the llm step's shape") {
+    const std::string log = dry_run(dir, "VOLT_LLM_BLOCK=1024", "build ops");
+    CHECK_THAT(log, Catch::Contains("--target volt_cli bench_gpu bench_llm_ops -- -k 0\n"));
+    CHECK_THAT(log, Catch::Contains("/bench/bench_llm_ops --device cuda --dtype bf16 --batch 8 --block 1024 "));
+    CHECK_THAT(log, !Catch::Contains("bench_gpu " + dir));
+  }
   SECTION("Lightning's rows are separated by ';', each keeping its flags together") {
     const std::string log =
         dry_run(dir, "VOLT_LIGHTNING_VARIANTS='--strategy fsdp --ac 0;--strategy ddp --ac 1'", "lightning");
