@@ -4,11 +4,11 @@
 // demos/llm/token_cross_entropy.h). Prints a table: median ms of forward + backward and, on a GPU,
 // the peak memory above what was allocated before (the memory each form needs).
 //
-// Usage: bench_llm_ops [--device cpu|cuda] [--dtype float|bf16] [--batch 8] [--block 2048]
-//                      [--heads 16] [--kv_heads 8] [--head_dim 128] [--vocab 32000] [--steps 10]
-//                      [--warmup 3]
-// The defaults are the GPU benchmark's Llama (scripts/gpu.sh llm): 8 x 2048 tokens, 16 heads of 128,
-// 8 kv heads, vocabulary 32,000. On the CPU use fewer tokens (--block 256; docs/gpu.md's CPU rows).
+// Usage: bench_llm_ops [--device cpu|cuda] [--dtype float|bf16] [--batch 8]
+//                      [--block 2048 on cuda, 256 on cpu] [--heads 16] [--kv_heads 8]
+//                      [--head_dim 128] [--vocab 32000] [--steps 10] [--warmup 3]
+// The defaults are the GPU benchmark's Llama (scripts/gpu.sh llm): 8 x 2048 tokens (8 x 256 on the
+// CPU, docs/gpu.md's CPU rows), 16 heads of 128, 8 kv heads, vocabulary 32,000.
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -27,7 +27,7 @@ namespace {
 
 struct Args {
   std::string device = "cpu", dtype = "float";
-  int64_t batch = 8, block = 2048, heads = 16, kv_heads = 8, head_dim = 128, vocab = 32000, steps = 10, warmup = 3;
+  int64_t batch = 8, block = 0, heads = 16, kv_heads = 8, head_dim = 128, vocab = 32000, steps = 10, warmup = 3;
 };
 
 Args parse(int argc, char** argv) {
@@ -60,9 +60,11 @@ Args parse(int argc, char** argv) {
       throw std::invalid_argument("unknown option " + k);
   }
   if (a.device != "cpu" && a.device != "cuda") throw std::invalid_argument("--device: cpu or cuda");
+  if (a.block == 0) a.block = a.device == "cuda" ? 2048 : 256;
   if (a.dtype != "float" && a.dtype != "bf16") throw std::invalid_argument("--dtype: float or bf16");
-  if (a.steps < 1 || a.warmup < 0 || a.head_dim % 2 != 0)
-    throw std::invalid_argument("bad --steps/--warmup/--head_dim");
+  if (a.steps < 1 || a.warmup < 0 || a.head_dim < 2 || a.head_dim % 2 != 0 || a.batch < 1 || a.block < 0 ||
+      a.heads < 1 || a.kv_heads < 1 || a.vocab < 1)
+    throw std::invalid_argument("sizes and --steps must be positive, --warmup >= 0 and --head_dim even");
   return a;
 }
 

@@ -214,9 +214,13 @@ if [[ $steps == *" lightning "* ]]; then
   done
 fi
 
+# The LLM workload's 1 B Llama (configs/llm/1b.yaml's shape), for the llm and ops steps.
+llm_hidden=2048 llm_heads=16 llm_kv_heads=8 llm_vocab=32000
+llm_batch=${VOLT_LLM_BATCH:-8} llm_block=${VOLT_LLM_BLOCK:-2048}
+
 if [[ $steps == *" llm "* ]]; then
-  # The LLM workload's 1 B Llama (configs/llm/1b.yaml's shape) on random tokens, volt and Lightning.
-  shape="--hidden 2048 --layers 16 --heads 16 --kv_heads 8 --vocab 32000 --batch ${VOLT_LLM_BATCH:-8} --block ${VOLT_LLM_BLOCK:-2048} --steps ${VOLT_LLM_STEPS:-10} --warmup 3"
+  # On random tokens, volt and Lightning.
+  shape="--hidden $llm_hidden --layers 16 --heads $llm_heads --kv_heads $llm_kv_heads --vocab $llm_vocab --batch $llm_batch --block $llm_block --steps ${VOLT_LLM_STEPS:-10} --warmup 3"
   for v in ${VOLT_LLM_VARIANTS:-fsdp}; do
     out_of_time "bench_gpu --llm 1 $v" && { rc=1; break; }
     # shellcheck disable=SC2086
@@ -237,8 +241,9 @@ if [[ $steps == *" ops "* ]]; then
   if out_of_time bench_llm_ops; then
     rc=1
   else
-    run timeout -k 10 "$(budget 120)" "$bdir/bench/bench_llm_ops" --device cuda --dtype bf16 --batch "${VOLT_LLM_BATCH:-8}" \
-      --block "${VOLT_LLM_BLOCK:-2048}" --heads 16 --kv_heads 8 --head_dim 128 --vocab 32000 >"$out/llm_ops.md" 2>&1 ||
+    run timeout -k 10 "$(budget 120)" "$bdir/bench/bench_llm_ops" --device cuda --dtype bf16 --batch "$llm_batch" \
+      --block "$llm_block" --heads "$llm_heads" --kv_heads "$llm_kv_heads" --head_dim $((llm_hidden / llm_heads)) \
+      --vocab "$llm_vocab" >"$out/llm_ops.md" 2>&1 ||
       { echo "bench_llm_ops failed:"; rc=1; }
     cat "$out/llm_ops.md"
   fi

@@ -59,6 +59,8 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& rope) {
              DataError,
              "apply_rotary: x must be [B, T, H, hd] with hd even and the table [T, 1, 2, 2, hd/2] of rotary_table; ",
              "got x ", x.sizes(), ", table ", rope.sizes());
+  VOLT_CHECK(rope.device() == x.device(), DataError, "apply_rotary: the rotary table is on ", rope.device(), ", x on ",
+             x.device(), "; make the table on x's device");
   VOLT_CHECK(!rope.requires_grad(), DataError, "apply_rotary: the rotary table takes no gradient; pass a table from ",
              "rotary_table (or detach it)");
   return RotaryFunction::apply(x, rope);

@@ -81,9 +81,9 @@ Prepared prepare(const torch::Tensor& logits, const torch::Tensor& labels, int64
   return p;
 }
 
-torch::Tensor mean_loss(const torch::Tensor& losses, const torch::Tensor& mask) {
-  const auto kept = torch::where(mask, losses, torch::zeros({}, losses.options()));
-  return kept.sum() / mask.sum().to(torch::kFloat);
+/// The mean of `losses` over the kept rows; `count` is their number, as a float32 scalar.
+torch::Tensor mean_loss(const torch::Tensor& losses, const torch::Tensor& mask, const torch::Tensor& count) {
+  return torch::where(mask, losses, torch::zeros({}, losses.options())).sum() / count;
 }
 
 struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
@@ -101,7 +101,7 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
     ctx->saved_data["shape"] = logits.sizes().vec();
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
     ctx->saved_data["chunk_rows"] = chunk_rows(p.logits.size(1), chunk_bytes);
-    return mean_loss(losses, p.mask);
+    return mean_loss(losses, p.mask, count);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -140,7 +140,8 @@ torch::Tensor token_cross_entropy(const torch::Tensor& logits, const torch::Tens
   if (torch::GradMode::is_enabled() && logits.requires_grad())
     return CrossEntropyFunction::apply(logits, labels, ignore_index, chunk_bytes);
   const Prepared p = prepare(logits, labels, ignore_index);
-  return mean_loss(chunked_rows(p.logits, p.targets, chunk_bytes, torch::Tensor()), p.mask);
+  return mean_loss(chunked_rows(p.logits, p.targets, chunk_bytes, torch::Tensor()), p.mask,
+                   p.mask.sum().to(torch::kFloat));
 }
 
 }  // namespace volt::demos

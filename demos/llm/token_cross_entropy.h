@@ -17,7 +17,8 @@
 /// the logits' gradient. About seven float32-sized passes instead of twelve. Autograd keeps one
 /// [N, V] tensor in the logits' dtype (half the bytes of the float32 log-probabilities for bf16;
 /// float32 for fp16, whose range cannot hold the unscaled probabilities); the backward's peak is that
-/// and the gradient it writes; the forward's transient float32 memory is one chunk, not [N, V].
+/// and the gradient it writes; the forward's transient float32 memory is at most two chunks (the cast and
+/// its log-softmax), not [N, V].
 /// A double backward (create_graph) is refused: the gradient is not built from differentiable ops.
 ///
 /// Values equal F.cross_entropy(logits.float(), labels, ignore_index) to float32 rounding (the loss
