@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,32 +33,26 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
+  const std::map<std::string, std::string*> words = {{"--device", &a.device}, {"--dtype", &a.dtype}};
+  const std::map<std::string, int64_t*> numbers = {
+      {"--batch", &a.batch},       {"--block", &a.block}, {"--heads", &a.heads}, {"--kv_heads", &a.kv_heads},
+      {"--head_dim", &a.head_dim}, {"--vocab", &a.vocab}, {"--steps", &a.steps}, {"--warmup", &a.warmup}};
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
     const std::string v = argv[++i];
-    if (k == "--device")
-      a.device = v;
-    else if (k == "--dtype")
-      a.dtype = v;
-    else if (k == "--batch")
-      a.batch = std::stoll(v);
-    else if (k == "--block")
-      a.block = std::stoll(v);
-    else if (k == "--heads")
-      a.heads = std::stoll(v);
-    else if (k == "--kv_heads")
-      a.kv_heads = std::stoll(v);
-    else if (k == "--head_dim")
-      a.head_dim = std::stoll(v);
-    else if (k == "--vocab")
-      a.vocab = std::stoll(v);
-    else if (k == "--steps")
-      a.steps = std::stoll(v);
-    else if (k == "--warmup")
-      a.warmup = std::stoll(v);
-    else
+    if (auto w = words.find(k); w != words.end()) {
+      *w->second = v;
+    } else if (auto n = numbers.find(k); n != numbers.end()) {
+      size_t used = 0;
+      try {
+        *n->second = std::stoll(v, &used);
+      } catch (const std::exception&) {
+      }
+      if (used == 0 || used != v.size()) throw std::invalid_argument(k + " takes an integer, got '" + v + "'");
+    } else {
       throw std::invalid_argument("unknown option " + k);
+    }
   }
   if (a.device != "cpu" && a.device != "cuda") throw std::invalid_argument("--device: cpu or cuda");
   if (a.block == 0) a.block = a.device == "cuda" ? 2048 : 256;

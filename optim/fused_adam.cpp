@@ -141,11 +141,13 @@ template <class Options, class State, bool kDecoupled>
 void host_step(torch::optim::Optimizer& opt, const Filter* only) {
   torch::NoGradGuard no_grad;
   // The states first (what can fail: the moments' memory), so that no step count moves unless every
-  // parameter is then updated.
+  // parameter is then updated; the loop below takes them in the same order.
+  std::vector<State*> states;
   for (auto& group : opt.param_groups())
     for (auto& p : group.params())
       if (p.grad().defined() && selected(only, p))
-        state_for<State>(opt, p, static_cast<const Options&>(group.options()).amsgrad());
+        states.push_back(&state_for<State>(opt, p, static_cast<const Options&>(group.options()).amsgrad()));
+  auto next_state = states.begin();
   std::vector<HostItem> items;
   std::vector<torch::Tensor> written;
   for (auto& group : opt.param_groups()) {
@@ -154,7 +156,7 @@ void host_step(torch::optim::Optimizer& opt, const Filter* only) {
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     for (auto& p : group.params()) {
       if (!p.grad().defined() || !selected(only, p)) continue;
-      State& st = state_for<State>(opt, p, o.amsgrad());
+      State& st = **next_state++;
       st.step(st.step() + 1);
       const double bc1 = 1 - std::pow(beta1, static_cast<double>(st.step()));
       const double bc2 = 1 - std::pow(beta2, static_cast<double>(st.step()));

@@ -52,6 +52,7 @@ torch::Tensor chunked_rows(const torch::Tensor& logits, const torch::Tensor& tar
 
 struct Prepared {
   torch::Tensor logits, mask, targets;  // [N, V], [N] bool, [N] int64 (ignored rows: 0)
+  torch::Tensor count;                  // the kept rows, a float32 scalar
 };
 
 Prepared prepare(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
@@ -71,6 +72,7 @@ Prepared prepare(const torch::Tensor& logits, const torch::Tensor& labels, int64
   const auto flat = labels.reshape({-1});
   p.mask = flat != ignore_index;
   p.targets = flat.masked_fill(p.mask.logical_not(), 0);
+  p.count = p.mask.sum().to(torch::kFloat);
   // On the CPU a bad label is named here (checking costs no device synchronization); on a GPU the
   // gather asserts, as F.cross_entropy does.
   if (!p.targets.is_cuda() && p.targets.numel() > 0) {
@@ -81,9 +83,9 @@ Prepared prepare(const torch::Tensor& logits, const torch::Tensor& labels, int64
   return p;
 }
 
-/// The mean of `losses` over the kept rows; `count` is their number, as a float32 scalar.
-torch::Tensor mean_loss(const torch::Tensor& losses, const torch::Tensor& mask, const torch::Tensor& count) {
-  return torch::where(mask, losses, torch::zeros({}, losses.options())).sum() / count;
+/// The mean of `losses` over p's kept rows.
+torch::Tensor mean_loss(const torch::Tensor& losses, const Prepared& p) {
+  return torch::where(p.mask, losses, torch::zeros({}, losses.options())).sum() / p.count;
 }
 
 struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
@@ -96,12 +98,11 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
     const auto buffer_dtype = logits.scalar_type() == torch::kHalf ? torch::kFloat : logits.scalar_type();
     auto grad = torch::empty(p.logits.sizes(), p.logits.options().dtype(buffer_dtype));
     const auto losses = chunked_rows(p.logits, p.targets, chunk_bytes, grad);
-    const auto count = p.mask.sum().to(torch::kFloat);
-    ctx->save_for_backward({grad, p.mask, count});
+    ctx->save_for_backward({grad, p.mask, p.count});
     ctx->saved_data["shape"] = logits.sizes().vec();
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
     ctx->saved_data["chunk_rows"] = chunk_rows(p.logits.size(1), chunk_bytes);
-    return mean_loss(losses, p.mask, count);
+    return mean_loss(losses, p);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -140,8 +141,7 @@ torch::Tensor token_cross_entropy(const torch::Tensor& logits, const torch::Tens
   if (torch::GradMode::is_enabled() && logits.requires_grad())
     return CrossEntropyFunction::apply(logits, labels, ignore_index, chunk_bytes);
   const Prepared p = prepare(logits, labels, ignore_index);
-  return mean_loss(chunked_rows(p.logits, p.targets, chunk_bytes, torch::Tensor()), p.mask,
-                   p.mask.sum().to(torch::kFloat));
+  return mean_loss(chunked_rows(p.logits, p.targets, chunk_bytes, torch::Tensor()), p);
 }
 
 }  // namespace volt::demos
