@@ -3,6 +3,8 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "volt/core/errors.h"
 
 namespace volt::demos {
@@ -41,8 +43,12 @@ struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
 
 torch::Tensor rotary_table(int64_t start, int64_t len, int64_t head_dim, double theta, const torch::Device& device,
                            torch::Dtype dtype) {
-  VOLT_CHECK(head_dim > 0 && head_dim % 2 == 0 && len >= 0, ConfigError,
-             "rotary_table: head_dim must be even and > 0, got ", head_dim, " (len ", len, ")");
+  VOLT_CHECK(head_dim > 0 && head_dim % 2 == 0, ConfigError, "rotary_table: head_dim must be even and > 0, got ",
+             head_dim);
+  VOLT_CHECK(len >= 0 && start >= 0, ConfigError, "rotary_table: positions start at ", start, " for ", len,
+             "; both must be >= 0");
+  VOLT_CHECK(theta > 1.0 && std::isfinite(theta), ConfigError, "rotary_table: theta must be a finite number > 1, got ",
+             theta);
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
   const auto exponent = torch::arange(0, head_dim, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / head_dim;
   const auto inv_freq = 1.0 / torch::pow(theta, exponent);

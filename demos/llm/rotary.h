@@ -24,7 +24,8 @@ namespace volt::demos {
 /// The rotary table for positions [start, start + len) of heads of width `head_dim` (even):
 /// R = [[c, -s], [s, c]], [len, 1, 2, 2, head_dim / 2] (broadcast over batch and heads) in `dtype`,
 /// where c = cos(pos * inv_freq) and s = sin(pos * inv_freq) are computed in float32 as Hugging Face
-/// does ([Note: rotary embeddings in two kernels]). Throws ConfigError for an odd head_dim.
+/// does ([Note: rotary embeddings in two kernels]). Throws ConfigError for an odd head_dim, negative
+/// positions or a theta that is not a finite number > 1.
 torch::Tensor rotary_table(int64_t start, int64_t len, int64_t head_dim, double theta, const torch::Device& device,
                            torch::Dtype dtype);
 

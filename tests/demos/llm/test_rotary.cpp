@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
 
 #include "gpu_visibility.h"
 #include "volt/core/errors.h"
@@ -104,7 +106,13 @@ TEST_CASE("Rotary: tables and inputs of the wrong shape are refused", "[llm][rot
   CHECK_THROWS_AS(apply_rotary(torch::randn({1, 4, 2, 6}), rope), volt::DataError);  // head width 6, table 8
   CHECK_THROWS_WITH(apply_rotary(torch::randn({1, 4, 2, 8}), rope.clone().requires_grad_(true)),
                     Catch::Contains("takes no gradient"));
-  CHECK_THROWS_AS(rotary_table(0, 4, 7, 10000.0, torch::kCPU, torch::kFloat), volt::ConfigError);
+  CHECK_THROWS_WITH(rotary_table(0, 4, 7, 10000.0, torch::kCPU, torch::kFloat), Catch::Contains("head_dim"));
+  CHECK_THROWS_WITH(rotary_table(0, -1, 8, 10000.0, torch::kCPU, torch::kFloat), Catch::Contains(">= 0"));
+  CHECK_THROWS_WITH(rotary_table(-2, 4, 8, 10000.0, torch::kCPU, torch::kFloat), Catch::Contains(">= 0"));
+  for (double theta : {0.0, 1.0, -5.0, std::nan(""), std::numeric_limits<double>::infinity()})
+    CHECK_THROWS_WITH(rotary_table(0, 4, 8, theta, torch::kCPU, torch::kFloat), Catch::Contains("theta"));
+  // No positions (an empty batch) is a valid table.
+  CHECK(rotary_table(0, 0, 8, 10000.0, torch::kCPU, torch::kFloat).size(0) == 0);
 }
 
 TEST_CASE("Rotary on the GPU equals the CPU, in float32 and bf16", "[cuda][llm][rotary]") {
