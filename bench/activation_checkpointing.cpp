@@ -202,8 +202,9 @@ struct Row {
 
 /// What autograd keeps after forward, in fp32 elements, for this implementation (demos/transformer.cpp,
 /// LibTorch 1.13 on the CPU: dropout keeps a float mask; matmul on 4-d non-contiguous q/k/v and the
-/// transposed attention output copies them; softmax and relu keep their outputs; layer_norm its input
-/// plus mean/rstd; a linear its input). N = B*T tokens, E = ninp, F = nhid, S = B*H*T*T scores.
+/// transposed attention output copies them; softmax keeps its output; relu_dropout only its output;
+/// layer_norm its input plus mean/rstd; a linear its input). N = B*T tokens, E = ninp, F = nhid,
+/// S = B*H*T*T scores.
 struct Expected {
   double enc = 0, dec = 0, outside = 0, layer_input = 0;  // elements
 };
@@ -216,8 +217,9 @@ Expected expected(const Args& a, int64_t vocab) {
   // softmax output, dropout mask, dropped probabilities (bmm input) = 3 S.
   const double attn_block = 7 * N * E + 3 * S;
   // Feed-forward block: norm output (linear1 input) + dropout mask after linear2 + residual sum (norm
-  // input) = 3 N·E; hidden: relu output, dropout mask, dropped hidden (linear2 input) = 3 N·F.
-  const double ff_block = 3 * N * E + 3 * N * F;
+  // input) = 3 N·E; hidden: relu_dropout's output, which is also linear2's input = N·F (relu's output
+  // and dropout's mask as well, 3 N·F, before relu_dropout).
+  const double ff_block = 3 * N * E + N * F;
   Expected e;
   e.enc = attn_block + ff_block + 2 * 2 * N;  // + mean/rstd of 2 layer norms
   // Cross-attention: norm1 output (q linear input) + q, k, v copies + output copy + dropout mask +

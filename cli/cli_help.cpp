@@ -56,6 +56,7 @@ std::vector<OptionHelp> trainer_help() {
       out.push_back(h);
     }
     for (auto h : options_help(FSDPOptions{}, e.key)) {
+      if (h.key == e.key + ".auto_wrap_policy.every_n_modules") continue;  // activation checkpointing's only
       h.note = "with name: fsdp";
       out.push_back(h);
     }

@@ -8,6 +8,7 @@
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
+#include "volt/demos/relu_dropout.h"
 
 namespace volt::demos {
 
@@ -46,6 +47,13 @@ torch::Tensor MultiheadAttention::forward(const torch::Tensor& query, const torc
   if (query.is_same(key) && key.is_same(value)) {  // self-attention: one packed projection
     auto qkv = torch::linear(query, in_proj_weight, in_proj_bias).chunk(3, -1);
     q = qkv[0], k = qkv[1], v = qkv[2];
+  } else if (key.is_same(value)) {
+    // Encoder-decoder attention, as PyTorch's _in_projection_packed: k and v from one projection,
+    // so the memory is read, cast under autocast and kept for backward once instead of twice.
+    auto w = in_proj_weight.split({E, 2 * E}), b = in_proj_bias.split({E, 2 * E});
+    q = torch::linear(query, w[0], b[0]);
+    auto kv = torch::linear(key, w[1], b[1]).chunk(2, -1);
+    k = kv[0], v = kv[1];
   } else {
     auto w = in_proj_weight.split(E), b = in_proj_bias.split(E);
     q = torch::linear(query, w[0], b[0]);
@@ -98,7 +106,7 @@ torch::Tensor TransformerEncoderLayer::body(const torch::Tensor& src, const torc
   const bool train = is_training();
   auto x = src;
   x = norm1->forward(x + torch::dropout(self_attn->forward(x, x, x, src_mask), dropout_, train));
-  auto ff = linear2->forward(torch::dropout(torch::relu(linear1->forward(x)), dropout_, train));
+  auto ff = linear2->forward(relu_dropout(linear1->forward(x), dropout_, train));
   return norm2->forward(x + torch::dropout(ff, dropout_, train));
 }
 
@@ -125,7 +133,7 @@ torch::Tensor TransformerDecoderLayer::body(const torch::Tensor& tgt, const torc
   auto x = tgt;
   x = norm1->forward(x + torch::dropout(self_attn->forward(x, x, x, tgt_mask), dropout_, train));
   x = norm2->forward(x + torch::dropout(multihead_attn->forward(x, memory, memory), dropout_, train));
-  auto ff = linear2->forward(torch::dropout(torch::relu(linear1->forward(x)), dropout_, train));
+  auto ff = linear2->forward(relu_dropout(linear1->forward(x), dropout_, train));
   return norm3->forward(x + torch::dropout(ff, dropout_, train));
 }
 

@@ -61,7 +61,9 @@ class MultiheadAttention : public torch::nn::Module {
 };
 
 /// torch.nn.TransformerEncoderLayer (post-norm, ReLU). Forward inputs: src [B, T, E] and an
-/// additive float src_mask [T, T] (all zeros for none).
+/// additive float src_mask [T, T] (all zeros for none). The feed-forward block's ReLU and dropout
+/// are one relu_dropout node, which keeps one tensor of the hidden width instead of three
+/// ([Note: ReLU and dropout that keep one tensor]); values and gradients are PyTorch's.
 class TransformerEncoderLayer : public HookedModule {
  public:
   TransformerEncoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout);
@@ -77,7 +79,8 @@ class TransformerEncoderLayer : public HookedModule {
 };
 
 /// torch.nn.TransformerDecoderLayer (post-norm, ReLU). Forward inputs: tgt [B, T, E], memory
-/// [B, S, E] and an additive float tgt_mask [T, T]; the cross-attention is unmasked.
+/// [B, S, E] and an additive float tgt_mask [T, T]; the cross-attention is unmasked and projects
+/// k and v from the memory in one matmul, as PyTorch does. ReLU and dropout as in the encoder layer.
 class TransformerDecoderLayer : public HookedModule {
  public:
   TransformerDecoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout);

@@ -126,14 +126,21 @@ torch::Tensor ActivationCheckpointing::around(torch::nn::Module& module, const T
 
 size_t apply_activation_checkpointing(torch::nn::Module& root, const ModulePolicy& policy,
                                       const std::string& config_key) {
-  auto picked = select_modules(root, policy, config_key, "activation checkpointing");
+  policy.validate(config_key, /*checkpointing=*/true);
+  const auto picked = select_modules(root, policy, config_key, "activation checkpointing");
+  const auto n = static_cast<size_t>(policy.every_n_modules);
+  VOLT_CHECK(picked.empty() || n <= picked.size(), ConfigError, "config key '", config_key, ".every_n_modules': ", n,
+             ", but the policy selects ", picked.size(), picked.size() == 1 ? " module" : " modules",
+             ", so none would be checkpointed; use at most ", picked.size());
   auto interceptor = std::make_shared<ActivationCheckpointing>();
-  for (auto& [name, m] : picked) {
-    auto* h = dynamic_cast<HookedModule*>(m);
+  size_t installed = 0;
+  for (size_t i = n - 1; i < picked.size(); i += n) {
+    auto* h = dynamic_cast<HookedModule*>(picked[i].second);
     if (!h->has_interceptor(ActivationCheckpointing::kName))
       h->add_interceptor(interceptor, ActivationCheckpointing::kPriority);
+    ++installed;
   }
-  return picked.size();
+  return installed;
 }
 
 size_t remove_activation_checkpointing(torch::nn::Module& root) {

@@ -29,8 +29,9 @@ class ActivationCheckpointing : public ForwardInterceptor {
 };
 
 /// Installs activation checkpointing on the submodules of `root` that `policy` picks (see
-/// select_modules: a non-empty policy that picks nothing is a ConfigError naming `config_key`).
-/// Returns how many modules it was installed on (0 for an empty policy).
+/// select_modules: a non-empty policy that picks nothing is a ConfigError naming `config_key`),
+/// or on every `policy.every_n_modules`-th of them in the model's order (a ConfigError when that is
+/// more than the picks). Returns how many modules it was installed on (0 for an empty policy).
 size_t apply_activation_checkpointing(torch::nn::Module& root, const ModulePolicy& policy,
                                       const std::string& config_key);
 /// Removes it from every submodule of `root`; returns how many had it.

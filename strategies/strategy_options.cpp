@@ -42,8 +42,20 @@ void FSDPOptions::validate() {
              "config key 'trainer.strategy.device_mesh': only HYBRID_SHARD and _HYBRID_SHARD_ZERO2 use a "
              "device mesh, but sharding_strategy is ",
              sharding_strategy);
-  VOLT_CHECK(auto_wrap_policy.min_num_params >= 0, ConfigError,
-             "config key 'trainer.strategy.auto_wrap_policy.min_num_params': must be >= 0");
+  auto_wrap_policy.validate("trainer.strategy.auto_wrap_policy", /*checkpointing=*/false);
+  activation_checkpointing_policy.validate("trainer.strategy.activation_checkpointing_policy", true);
+}
+
+void ModulePolicy::validate(const std::string& key, bool checkpointing) const {
+  VOLT_CHECK(min_num_params >= 0, ConfigError, "config key '", key, ".min_num_params': must be >= 0, got ",
+             min_num_params);
+  VOLT_CHECK(every_n_modules >= 1, ConfigError, "config key '", key, ".every_n_modules': must be >= 1, got ",
+             every_n_modules);
+  VOLT_CHECK(checkpointing || every_n_modules == 1, ConfigError, "config key '", key,
+             ".every_n_modules': applies to activation_checkpointing_policy only (an FSDP unit is every module "
+             "the wrap policy selects); remove it here");
+  VOLT_CHECK(every_n_modules == 1 || !empty(), ConfigError, "config key '", key, ".every_n_modules': ", every_n_modules,
+             " of no module: give module_types or min_num_params to select the modules");
 }
 
 std::string StrategyOptions::resolved(int64_t world_size) const {
@@ -62,6 +74,7 @@ void StrategyOptions::validate() {
   if (name == "fsdp_cpu_offload") fsdp.cpu_offload = true;
   ddp.validate();
   fsdp.validate();
+  activation_checkpointing_policy.validate("trainer.strategy.activation_checkpointing_policy", true);
 }
 
 namespace detail {

@@ -47,12 +47,19 @@ struct ModulePolicy {
   int64_t min_num_params = 0;
   /// (module, qualified name) -> selected. Not expressible in YAML.
   std::function<bool(const torch::nn::Module&, const std::string&)> predicate;
+  /// Activation checkpointing only: of the modules the policy selects, in the model's order, only
+  /// the n-th, 2n-th, ... are checkpointed (torchtitan's selective_ac_option "n"): a dial between
+  /// memory (fewer activations kept) and speed (less recomputed). 1: every selected module.
+  int64_t every_n_modules = 1;
 
   bool empty() const { return module_types.empty() && min_num_params <= 0 && !predicate; }
   template <class V>
   void visit(V& v) {
-    v("module_types", module_types)("min_num_params", min_num_params);
+    v("module_types", module_types)("min_num_params", min_num_params)("every_n_modules", every_n_modules);
   }
+  /// Checks the values (min_num_params >= 0, every_n_modules >= 1, and every_n_modules left at 1
+  /// unless `checkpointing`); throws ConfigError naming `<key>.<field>`.
+  void validate(const std::string& key, bool checkpointing) const;
 };
 
 /// FSDP's sharding strategies (PyTorch's names): FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD,

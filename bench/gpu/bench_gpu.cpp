@@ -6,10 +6,10 @@
 //        With --llm 1, the LLM workload's Llama decoder (demos/llm/) on random tokens instead, shaped by
 //        [--hidden 2048 --layers 16 --heads 16 --kv_heads 8 --ffn 8192 --vocab 32000 --tied 0]
 //        (configs/llm/1b.yaml; bench/gpu/lightning_llm.py trains the same model in Lightning).
-// VARIANT: fsdp | fsdp_ac | fsdp_offload | fsdp_fp16 (16-mixed) | ddp | single, each fsdp one also
-// with "+oib" (or --in_backward 1): FSDP's optimizer_in_backward (the row's strategy keeps "+oib");
-// ddp and single also with "+graph" (or --cuda_graph 1): trainer.cuda_graph. --profile N runs N more
-// steps after the timed ones under LibTorch's profiler and prints where their time went.
+// VARIANT: fsdp | fsdp_ac | fsdp_acN (every N-th layer checkpointed: every_n_modules) | fsdp_offload | fsdp_fp16
+// (16-mixed) | ddp | single, each fsdp one also with "+oib" (or --in_backward 1): FSDP's optimizer_in_backward (the
+// row's strategy keeps "+oib"); ddp and single also with "+graph" (or --cuda_graph 1): trainer.cuda_graph. --profile N
+// runs N more steps after the timed ones under LibTorch's profiler and prints where their time went.
 //
 // Parameters are counted by shape when training starts (FSDP has sharded them by then and frees
 // them after fit); FLOPs per token as torchtitan counts them (profiler/model_flops.h: 6 per
@@ -23,6 +23,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -212,7 +213,16 @@ int main(int argc, char** argv) {
   if (variant.rfind("fsdp", 0) == 0) {
     t.strategy = "fsdp";
     t.strategy.fsdp.auto_wrap_policy = layers;
-    if (variant == "fsdp_ac") t.strategy.fsdp.activation_checkpointing_policy = layers;
+    if (variant.rfind("fsdp_ac", 0) == 0) {  // "fsdp_ac": every layer; "fsdp_ac3": every 3rd
+      t.strategy.fsdp.activation_checkpointing_policy = layers;
+      const std::string n = variant.substr(7);
+      const bool digits = !n.empty() && n.size() < 4 && std::all_of(n.begin(), n.end(), ::isdigit);
+      if (!n.empty() && !digits) {
+        std::fprintf(stderr, "bench_gpu: unknown variant '%s'\n", variant.c_str());
+        return 2;
+      }
+      if (digits) t.strategy.fsdp.activation_checkpointing_policy.every_n_modules = std::stoll(n);
+    }
     if (variant == "fsdp_offload") t.strategy.fsdp.cpu_offload = true;
     if (variant == "fsdp_fp16") t.precision = "16-mixed";  // with the sharded gradient scaler
     t.strategy.fsdp.optimizer_in_backward = a["in_backward"] != 0;

@@ -1,6 +1,7 @@
 // Activation checkpointing: recomputation reproduces the forward exactly (dropout included), under
 // single device, DDP and FSDP, for the test model and the demo Transformer.
 #include <torch/torch.h>
+#include <yaml-cpp/yaml.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -11,8 +12,10 @@
 #include "distributed/multi_rank.h"
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
+#include "volt/core/hooked_module.h"
 #include "volt/demos/transformer.h"
 #include "volt/strategies/activation_checkpointing.h"
+#include "volt/strategies/strategy_options.h"
 
 using namespace volt;
 using namespace volt::testing;
@@ -33,7 +36,7 @@ void check_identical(const WorkerResult& a, const WorkerResult& b) {
 }
 
 /// Loss and every parameter gradient of one forward/backward of the demo Transformer.
-std::pair<double, std::map<std::string, torch::Tensor>> demo_step(bool checkpointing, bool bf16) {
+std::pair<double, std::map<std::string, torch::Tensor>> demo_step(bool checkpointing, bool bf16, int64_t every_n = 1) {
   torch::manual_seed(3);
   demos::TransformerOptions o;
   o.vocab_size = 60;
@@ -47,7 +50,8 @@ std::pair<double, std::map<std::string, torch::Tensor>> demo_step(bool checkpoin
   if (checkpointing) {
     ModulePolicy p;
     p.module_types = {"TransformerEncoderLayer", "TransformerDecoderLayer"};
-    CHECK(apply_activation_checkpointing(*model, p, "test") == 4);
+    p.every_n_modules = every_n;
+    CHECK(apply_activation_checkpointing(*model, p, "test") == static_cast<size_t>(4 / every_n));
   }
   torch::manual_seed(11);
   auto x = torch::randint(0, 60, {3, 7}), y = torch::randint(0, 60, {3, 7});
@@ -82,6 +86,71 @@ TEST_CASE("activation checkpointing: the demo Transformer's loss and gradients a
       CHECK(worst < (bf16 ? 5e-3 : 1e-6));
     }
   }
+}
+
+TEST_CASE("activation checkpointing of every 2nd layer: the demo Transformer's loss and gradients are unchanged",
+          "[ac][demos]") {
+  auto [plain_loss, plain] = demo_step(false, false);
+  auto [ac_loss, ac] = demo_step(true, false, 2);
+  CHECK(ac_loss == plain_loss);
+  double worst = 0;
+  for (const auto& [k, g] : plain) worst = std::max(worst, (g - ac.at(k)).abs().max().item<double>());
+  CHECK(worst < 1e-6);
+}
+
+TEST_CASE("activation checkpointing: every_n_modules picks the n-th, 2n-th, ... selected module", "[ac][config]") {
+  BoringOptions o;
+  o.blocks = 5;
+  auto checkpointed = [&](int64_t n) {
+    BoringModel m(o);
+    ModulePolicy p;
+    p.module_types = {"Block"};
+    p.every_n_modules = n;
+    const size_t installed = apply_activation_checkpointing(m, p, "trainer.strategy.activation_checkpointing_policy");
+    std::vector<std::string> names;
+    for (const auto& item : m.named_modules("", false)) {
+      auto* h = dynamic_cast<HookedModule*>(item.value().get());
+      if (h && h->has_interceptor(ActivationCheckpointing::kName)) names.push_back(item.key());
+    }
+    CHECK(names.size() == installed);
+    return names;
+  };
+  CHECK(checkpointed(1).size() == 5);
+  CHECK(checkpointed(2) == std::vector<std::string>{"block1", "block3"});
+  CHECK(checkpointed(5) == std::vector<std::string>{"block4"});
+  CHECK_THROWS_WITH(checkpointed(6), Catch::Contains("activation_checkpointing_policy.every_n_modules': 6, but the "
+                                                     "policy selects 5 modules"));
+  // C++ callers get the YAML's checks too.
+  CHECK_THROWS_WITH(checkpointed(0), Catch::Contains("every_n_modules': must be >= 1, got 0"));
+}
+
+TEST_CASE("activation checkpointing: every_n_modules is checked where it is written", "[ac][config]") {
+  auto strategy = [](const std::string& yaml) {
+    auto o = volt::detail::YamlCodec<StrategyOptions>::decode(YAML::Load(yaml), "trainer.strategy");
+    o.validate();
+    return o;
+  };
+  CHECK(strategy("{name: fsdp, activation_checkpointing_policy: {module_types: [Block], every_n_modules: 3}}")
+            .fsdp.activation_checkpointing_policy.every_n_modules == 3);
+  CHECK(strategy("{name: ddp, activation_checkpointing_policy: {module_types: [Block], every_n_modules: 2}}")
+            .activation_checkpointing_policy.every_n_modules == 2);
+  CHECK_THROWS_WITH(strategy("{name: fsdp, activation_checkpointing_policy: {module_types: [Block], "
+                             "every_n_modules: 0}}"),
+                    Catch::Contains("activation_checkpointing_policy.every_n_modules': must be >= 1, got 0"));
+  CHECK_THROWS_WITH(strategy("{name: ddp, activation_checkpointing_policy: {module_types: [Block], "
+                             "every_n_modules: -2}}"),
+                    Catch::Contains("every_n_modules': must be >= 1, got -2"));
+  CHECK_THROWS_WITH(strategy("{name: fsdp, auto_wrap_policy: {module_types: [Block], every_n_modules: 2}}"),
+                    Catch::Contains("auto_wrap_policy.every_n_modules': applies to activation_checkpointing_policy "
+                                    "only"));
+  CHECK_THROWS_AS(strategy("{name: fsdp, activation_checkpointing_policy: {module_types: [Block], "
+                           "every_n_modules: two}}"),
+                  ConfigError);
+  // Alone it selects nothing: an error, not a policy that is silently empty.
+  CHECK_THROWS_WITH(strategy("{name: fsdp, activation_checkpointing_policy: {every_n_modules: 2}}"),
+                    Catch::Contains("every_n_modules': 2 of no module"));
+  CHECK_THROWS_WITH(strategy("{name: single_device, activation_checkpointing_policy: {every_n_modules: 3}}"),
+                    Catch::Contains("give module_types or min_num_params"));
 }
 
 TEST_CASE("activation checkpointing: inputs that need no gradient do not cut the parameters' gradients", "[ac]") {
@@ -131,6 +200,8 @@ TEST_CASE("activation checkpointing with dropout matches the plain run under eve
   const std::vector<Case> cases = {
       {"single device", "{name: single_device}",
        "{name: single_device, activation_checkpointing_policy: " + kBlocks + "}", 1, 1, ""},
+      {"single device, every 2nd block", "{name: single_device}",
+       "{name: single_device, activation_checkpointing_policy: {module_types: [Block], every_n_modules: 2}}", 1, 1, ""},
       {"DDP, 2 ranks, accumulation and clipping", "ddp",
        "{name: ddp, activation_checkpointing_policy: " + kBlocks + "}", 2, 2, "0.05"},
       {"FSDP FULL_SHARD, 2 ranks, accumulation and clipping",
@@ -138,6 +209,11 @@ TEST_CASE("activation checkpointing with dropout matches the plain run under eve
        "{name: fsdp, sharding_strategy: FULL_SHARD, auto_wrap_policy: " + kBlocks +
            ", activation_checkpointing_policy: " + kBlocks + "}",
        2, 2, "0.05"},
+      {"FSDP FULL_SHARD, 2 ranks, every 2nd block",
+       "{name: fsdp, sharding_strategy: FULL_SHARD, auto_wrap_policy: " + kBlocks + "}",
+       "{name: fsdp, sharding_strategy: FULL_SHARD, auto_wrap_policy: " + kBlocks +
+           ", activation_checkpointing_policy: {module_types: [Block], every_n_modules: 2}}",
+       2, 1, ""},
   };
   for (const auto& c : cases) {
     DYNAMIC_SECTION(c.name) {
