@@ -216,12 +216,13 @@ int main(int argc, char** argv) {
     if (variant.rfind("fsdp_ac", 0) == 0) {  // "fsdp_ac": every layer; "fsdp_ac3": every 3rd
       t.strategy.fsdp.activation_checkpointing_policy = layers;
       const std::string n = variant.substr(7);
-      const bool digits = !n.empty() && n.size() < 4 && std::all_of(n.begin(), n.end(), ::isdigit);
-      if (!n.empty() && !digits) {
-        std::fprintf(stderr, "bench_gpu: unknown variant '%s'\n", variant.c_str());
-        return 2;
+      if (!n.empty()) {
+        if (n.size() > 3 || !std::all_of(n.begin(), n.end(), ::isdigit)) {
+          std::fprintf(stderr, "bench_gpu: unknown variant '%s'\n", variant.c_str());
+          return 2;
+        }
+        t.strategy.fsdp.activation_checkpointing_policy.every_n_modules = std::stoll(n);
       }
-      if (digits) t.strategy.fsdp.activation_checkpointing_policy.every_n_modules = std::stoll(n);
     }
     if (variant == "fsdp_offload") t.strategy.fsdp.cpu_offload = true;
     if (variant == "fsdp_fp16") t.precision = "16-mixed";  // with the sharded gradient scaler
