@@ -126,6 +126,9 @@ class FlatParam {
   UnitState state_ = UnitState::Sharded;
 
   void accumulate_shard_grad(const torch::Tensor& g);
+  /// Copies the parameters' gradients into `flat` (zeros where none, and in the padding), freeing
+  /// each; rounded through `via` (the reduce dtype) where a buffer of that dtype would round them.
+  void flatten_grads(torch::Tensor& flat, at::ScalarType via);
   /// Gives `full_` its memory again (a no-op when it has it).
   void refill_full();
 };

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -262,4 +263,38 @@ TEST_CASE("FlatParam: a frozen parameter's slice gets no gradient", "[unit][flat
   f.expose_slice_grads();
   CHECK(torch::allclose(f.slices()[0].view.grad(), torch::tensor({3.0f, 3.0f})));
   CHECK_FALSE(f.slices()[1].view.grad().defined());
+}
+
+TEST_CASE("FlatParam at shard size 1: the shard gradient rounds as a buffer in the reduce dtype would",
+          "[unit][flat_param]") {
+  // Gradients that bf16 and fp16 cannot hold exactly, and their expected fp32 shard gradients.
+  const auto g32 = torch::tensor({1.0f / 3.0f, -1000.7f, 3e-8f, 70000.5f});
+  auto reduced = [&](at::ScalarType param_dtype, at::ScalarType reduce_dtype, int64_t world) {
+    auto f = make({{4}}, 0, 1, param_dtype);
+    f.unshard(nullptr);
+    auto& p = f.entries()[0].param;
+    (p * g32.to(param_dtype)).sum().backward();  // d/dp = g32 in the parameter dtype
+    f.reshard();
+    f.reduce_gradients(nullptr, nullptr, reduce_dtype, world);
+    REQUIRE(f.shard_grad().scalar_type() == torch::kFloat);
+    return f.shard_grad().clone();
+  };
+  // fp32 gradients reduced in fp32: exact.
+  CHECK(torch::equal(reduced(torch::kFloat, torch::kFloat, 1), g32));
+  // fp32 gradients with reduce_dtype bf16: rounded to bf16 once, as the collective's input is.
+  const auto bf = reduced(torch::kFloat, torch::kBFloat16, 1);
+  CHECK(torch::equal(bf, g32.to(torch::kBFloat16).to(torch::kFloat)));
+  CHECK_FALSE(torch::equal(bf, g32));
+  // bf16 gradients (bf16 parameters) reduced in bf16 or fp32: their values, exactly.
+  CHECK(torch::equal(reduced(torch::kBFloat16, torch::kBFloat16, 1), g32.to(torch::kBFloat16).to(torch::kFloat)));
+  CHECK(torch::equal(reduced(torch::kBFloat16, torch::kFloat, 1), g32.to(torch::kBFloat16).to(torch::kFloat)));
+  // fp16 reduce dtype: 70000.5 overflows fp16, as it would in the collective.
+  const auto h = reduced(torch::kFloat, torch::kHalf, 1);
+  CHECK(std::isinf(h[3].item<float>()));
+  CHECK(torch::equal(h, g32.to(torch::kHalf).to(torch::kFloat)));
+  // A world of 4 at shard size 1 (replicas): fp16 divides by 2 before the sum and by 2 after it.
+  const auto h4 = reduced(torch::kFloat, torch::kHalf, 4);
+  CHECK(torch::equal(h4, (g32.to(torch::kHalf) / 2).to(torch::kFloat) / 2));
+  // bf16 with a world of 4: rounded once, then the mean in fp32.
+  CHECK(torch::equal(reduced(torch::kFloat, torch::kBFloat16, 4), g32.to(torch::kBFloat16).to(torch::kFloat) / 4));
 }
