@@ -97,8 +97,10 @@ std::string prepare_checkpoint_folder(const std::string& d, const void* owner, b
   for (const auto& e : fs::directory_iterator(d, ec)) {
     const std::string name = e.path().filename().string();
     if (name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0) {
-      spdlog::warn("Removing '{}': an interrupted save left it (the checkpoint it was replacing is intact)",
-                   e.path().string());
+      spdlog::warn("Removing '{}': an interrupted {} left it", e.path().string(),
+                   name.find(".removed.partial") != std::string::npos
+                       ? "removal of a checkpoint"
+                       : "save (the checkpoint it was replacing is intact)");
       detail::remove_tree(e.path().string());
     } else if (stale_temp(name)) {
       spdlog::warn("Removing '{}': an interrupted save left it", e.path().string());

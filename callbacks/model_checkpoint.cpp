@@ -117,13 +117,42 @@ void ModelCheckpoint::save(Trainer& t, bool topk) {
 }
 
 namespace {
+fs::path normalized(const std::string& p) {
+  fs::path n = fs::absolute(p).lexically_normal();
+  return n.has_filename() ? n : n.parent_path();  // "ckpts/" is "ckpts"
+}
+
+/// Whether `path` lies inside the folder `dir` (a filename may hold folders: "{val/loss}").
+bool inside(const std::string& path, const std::string& dir) {
+  const fs::path rel = normalized(path).lexically_relative(normalized(dir));
+  return !rel.empty() && *rel.begin() != ".." && rel != ".";
+}
+
 /// Lightning's _should_remove_checkpoint: never the one just written, nor the checkpoint this fit
-/// resumed from (a resumed run keeps its starting point), and only from rank 0.
-bool removable(const Trainer& t, const std::string& previous, const std::string& current) {
+/// resumed from (a resumed run keeps its starting point), and only from rank 0. And never a file
+/// outside this callback's folder (`dir`): a run resumed from another run's checkpoint inherits
+/// that run's top k by name, and those files are the other run's.
+bool removable(const Trainer& t, const std::string& previous, const std::string& current, const std::string& dir) {
   if (previous.empty() || previous == current || !t.is_global_zero()) return false;
+  if (!inside(previous, dir)) return false;
   // As Lightning, by path: resuming from "last" (a moving name) does not pin what it pointed at.
-  auto norm = [](const std::string& p) { return fs::absolute(p).lexically_normal(); };
-  return t.ckpt_path().empty() || norm(previous) != norm(t.ckpt_path());
+  return t.ckpt_path().empty() || normalized(previous) != normalized(t.ckpt_path());
+}
+
+/// Drops the top-k entries of another folder (restored from a checkpoint another run wrote, as
+/// Lightning does when the dirpath changed): they neither count against this run's k nor get
+/// removed by it. Says so once, on rank 0.
+void drop_foreign(std::map<std::string, double>& best_k, const std::string& dir, bool rank0) {
+  std::vector<std::string> foreign;
+  for (const auto& [path, score] : best_k)
+    if (!inside(path, dir)) foreign.push_back(path);
+  if (foreign.empty()) return;
+  for (const auto& p : foreign) best_k.erase(p);
+  if (rank0)
+    spdlog::warn(
+        "ModelCheckpoint: the resumed checkpoint's top {} came from another folder ('{}'); they stay there "
+        "untouched, and this run keeps its own top k in '{}'",
+        foreign.size(), normalized(foreign.front()).parent_path().string(), dir);
 }
 }  // namespace
 
@@ -134,6 +163,8 @@ void ModelCheckpoint::write(Trainer& t, const std::string& path) {
 
 void ModelCheckpoint::save_topk(Trainer& t) {
   if (options_.save_top_k == 0) return;
+  const std::string folder = dir(t);
+  drop_foreign(best_k_, folder, t.is_global_zero());
   if (options_.monitor.empty()) {
     // No monitor: keep the latest only (save_top_k 1) or all (-1).
     const std::string path = free_path(t, format_name(t), best_model_path_);
@@ -142,7 +173,7 @@ void ModelCheckpoint::save_topk(Trainer& t) {
     const std::string previous = best_model_path_;
     best_model_path_ = path;
     write(t, path);
-    if (options_.save_top_k == 1 && removable(t, previous, path))
+    if (options_.save_top_k == 1 && removable(t, previous, path, folder))
       t.remove_checkpoint(previous);  // once the new one is whole (an asynchronous save)
   } else {
     const auto [has, score] = monitored_on_rank0(t, options_.monitor);
@@ -168,7 +199,7 @@ void ModelCheckpoint::save_topk(Trainer& t) {
                                  [&](const auto& a, const auto& b) { return worse(b.second, a.second); });
     best_model_path_ = best->first;
     write(t, path);
-    if (removable(t, replaced, path)) t.remove_checkpoint(replaced);
+    if (removable(t, replaced, path, folder)) t.remove_checkpoint(replaced);
     last_topk_path_ = path;
     last_topk_step_ = t.global_step();
     return;

@@ -61,6 +61,11 @@ void ModelCheckpointOptions::validate() const {
   VOLT_CHECK(!(every_n_train_steps > 0 && train_time_interval.seconds > 0), ConfigError,
              "ModelCheckpoint: every_n_train_steps and train_time_interval are mutually exclusive (as in Lightning); "
              "set one of them");
+  // every_n_epochs' default (1) gives way to the other triggers; any other value would be ignored.
+  VOLT_CHECK(every_n_epochs <= 1 || (every_n_train_steps == 0 && train_time_interval.seconds == 0), ConfigError,
+             "ModelCheckpoint: every_n_epochs=", every_n_epochs, " and ",
+             every_n_train_steps > 0 ? "every_n_train_steps" : "train_time_interval",
+             " are mutually exclusive (as in Lightning); set one of them");
   VOLT_CHECK(!(save_top_k > 1 && monitor.empty()), ConfigError, "ModelCheckpoint: save_top_k=", save_top_k,
              " needs a monitor to rank checkpoints");
 }

@@ -68,7 +68,7 @@ struct ModelCheckpointOptions {
   /// "{epoch}-{val_loss:.2f}" names "epoch=3-val_loss=0.12" (true) or "3-0.12" (false).
   bool auto_insert_metric_name = true;
   int64_t every_n_train_steps = 0;
-  int64_t every_n_epochs = 1;            // ignored when every_n_train_steps or train_time_interval is set
+  int64_t every_n_epochs = 1;  // 1 gives way to every_n_train_steps or train_time_interval; more is refused beside them
   TimeInterval train_time_interval = 0;  // seconds; 0 = off
   bool save_weights_only = false;
   /// Save (top k and last) at the training epoch's end (true) or after validation (false). Unset:

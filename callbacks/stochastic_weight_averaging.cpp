@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "volt/trainer/trainer.h"
@@ -109,8 +110,8 @@ void StochasticWeightAveraging::on_fit_start(Trainer& t, LightningModule&) {
              " param groups: give one LR, or one per group");
   const int64_t max_epochs = t.max_epochs();
   const SwaEpochStart& s = options_.swa_epoch_start;
-  VOLT_CHECK(!s.is_fraction || t.options().max_epochs >= 0 || t.options().max_steps == -1, ConfigError,
-             "StochasticWeightAveraging.swa_epoch_start: a fraction of max_epochs needs trainer.max_epochs");
+  VOLT_CHECK(!s.is_fraction || max_epochs < std::numeric_limits<int64_t>::max(), ConfigError,
+             "StochasticWeightAveraging.swa_epoch_start: a fraction of max_epochs needs a finite trainer.max_epochs");
   const int64_t start =
       s.is_fraction ? static_cast<int64_t>(s.value * static_cast<double>(max_epochs)) : static_cast<int64_t>(s.value);
   swa_start_ = std::max<int64_t>(start - 1, 0);  // 0-based, as Lightning's swa_start

@@ -26,7 +26,10 @@ std::string read_text(const fs::path& p) {
 }  // namespace
 
 CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
-  VOLT_CHECK(fs::exists(path_), CheckpointError, "checkpoint '", path_, "' does not exist");
+  std::error_code ec;
+  const bool exists = fs::exists(path_, ec);
+  VOLT_CHECK(!ec, CheckpointError, "checkpoint '", path_, "': ", ec.message());  // a link loop, a name too long
+  VOLT_CHECK(exists, CheckpointError, "checkpoint '", path_, "' does not exist");
   try {
     open();
   } catch (const YAML::Exception& e) {
@@ -56,11 +59,14 @@ void CheckpointReader::open() {
                  f.string(), "' of rank ", r, " (of ", world_size_, ")");
       files_.push_back(std::make_unique<ArchiveReader>(f.string()));
       const YAML::Node& fm = files_.back()->meta();
-      VOLT_CHECK(
-          fm["save_id"] && fm["save_id"].as<std::string>() == m.save_id && fm["rank"] && fm["rank"].as<int64_t>() == r,
-          CheckpointError, "sharded checkpoint '", path_, "': the file of rank ", r, " ('", f.string(),
-          "') belongs to another save (step ", fm["global_step"] ? fm["global_step"].as<std::string>() : "?", ", not ",
-          m.global_step, "); the folder mixes two saves: resume from another checkpoint");
+      VOLT_CHECK(fm["save_id"] && fm["save_id"].as<std::string>() == m.save_id, CheckpointError, "sharded checkpoint '",
+                 path_, "': the file of rank ", r, " ('", f.string(), "') belongs to another save (step ",
+                 fm["global_step"] ? fm["global_step"].as<std::string>() : "?", ", this folder's is ", m.global_step,
+                 "); the folder mixes two saves: resume from another checkpoint");
+      VOLT_CHECK(fm["rank"] && fm["rank"].as<int64_t>() == r, CheckpointError, "sharded checkpoint '", path_,
+                 "': the file of rank ", r, " ('", f.string(), "') holds rank ",
+                 fm["rank"] ? fm["rank"].as<std::string>() : "?",
+                 "'s shard of the same save: the rank files were renamed or swapped; give each its own name back");
     }
     epoch_ = m.epoch;
     global_step_ = m.global_step;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/errors.h"
@@ -504,15 +505,40 @@ void ArchiveWriter::commit(const std::vector<std::pair<std::string, c10::IValue>
 // ---------------------------------------------------------------------------------------------
 // reader
 
+namespace {
+/// A file descriptor closed on scope exit unless released.
+struct OwnedFd {
+  int fd = -1;
+  ~OwnedFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() { return std::exchange(fd, -1); }
+};
+}  // namespace
+
 ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
-  VOLT_CHECK(fs::exists(path_), CheckpointError, "checkpoint '", path_, "' does not exist");
-  VOLT_CHECK(fs::is_regular_file(path_), CheckpointError, "checkpoint '", path_, "' is not a file");
-  file_size_ = fs::file_size(path_);
+  std::error_code ec;
+  const auto type = fs::status(path_, ec).type();
+  VOLT_CHECK(type != fs::file_type::not_found, CheckpointError, "checkpoint '", path_, "' does not exist");
+  VOLT_CHECK(!ec, CheckpointError, "checkpoint '", path_, "': ", ec.message());
+  VOLT_CHECK(type == fs::file_type::regular, CheckpointError, "checkpoint '", path_, "' is not a file");
+  // One open file for everything read below. A save renames its new file over this path (a run
+  // writing last.ckpt while an evaluation reads it): reading the index of one file and the tensors
+  // of the next would look like a corrupted checkpoint. Readers that take a path (the zip reader)
+  // get the open file's /proc/self/fd link, which names this file even after the rename.
+  OwnedFd file{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};
+  VOLT_CHECK(file.fd >= 0, CheckpointError, "cannot open checkpoint '", path_, "': ", std::strerror(errno));
+  struct stat st {};
+  VOLT_CHECK(::fstat(file.fd, &st) == 0 && S_ISREG(st.st_mode), CheckpointError, "checkpoint '", path_,
+             "' is not a file");
+  file_size_ = static_cast<uint64_t>(st.st_size);
   VOLT_CHECK(file_size_ > 0, CheckpointError, "checkpoint '", path_, "' is empty (truncated write?)");
+  const std::string proc_link = "/proc/self/fd/" + std::to_string(file.fd);
+  const std::string& same_file = ::access(proc_link.c_str(), R_OK) == 0 ? proc_link : path_;
   {
     // A safetensors file: an 8-byte header length, then its JSON header. Weights only, no run.
     char head[9] = {0};
-    std::ifstream in(path_, std::ios::binary);
+    std::ifstream in(same_file, std::ios::binary);
     in.read(head, 9);
     VOLT_CHECK(!(in.gcount() == 9 && head[8] == '{'), CheckpointError, "'", path_,
                "' is a safetensors file: weights only, without the optimizer, loop and RNG state a checkpoint "
@@ -521,7 +547,7 @@ ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
   }
   // Tensors are read straight from the file at their offsets, so every entry must be stored
   // uncompressed, as volt and torch.save write them; a re-zipped file would otherwise look truncated.
-  if (auto c = first_compressed_entry(path_, file_size_))
+  if (auto c = first_compressed_entry(same_file, file_size_))
     throw CheckpointError(detail::str_cat(
         "checkpoint '", path_, "': zip entry '", c->first, "' is compressed (method ", c->second, ", ",
         zip_method_name(c->second),
@@ -531,7 +557,7 @@ ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
   std::string index_text;
   std::map<std::string, uint64_t> offsets;
   try {
-    caffe2::serialize::PyTorchStreamReader zip(path_);
+    caffe2::serialize::PyTorchStreamReader zip(same_file);
     VOLT_CHECK(zip.hasRecord(kIndexRecord), CheckpointError, "checkpoint '", path_,
                "' has no volt index: not a volt checkpoint (a plain torch.save file, or volt before format 2)");
     auto [data, size] = zip.getRecord(kIndexRecord);
@@ -588,8 +614,7 @@ ArchiveReader::ArchiveReader(std::string path) : path_(std::move(path)) {
     for (const auto& [name, a] : tensors)
       VOLT_CHECK(a.offset + static_cast<uint64_t>(a.nbytes()) <= file_size_, CheckpointError, "checkpoint '", path_,
                  "' is truncated: tensor '", s, "/", name, "' ends past the end of the file");
-  fd_ = ::open(path_.c_str(), O_RDONLY);
-  VOLT_CHECK(fd_ >= 0, CheckpointError, "cannot open checkpoint '", path_, "': ", std::strerror(errno));
+  fd_ = file.release();
 }
 
 ArchiveReader::~ArchiveReader() {

@@ -228,6 +228,8 @@ YAML::Node CLI::load(const std::vector<std::string>& config_files, const std::ve
       const std::string key = kv.first.Scalar();
       if (key == "model" || key == "data") {
         detail::merge_class_section(root, key, kv.second);
+      } else if (key == "trainer" && kv.second.IsNull()) {
+        continue;  // `trainer:` with every key commented out adds nothing (merged, it would drop them all)
       } else {
         YAML::Node one(YAML::NodeType::Map);
         one[key] = kv.second;
@@ -276,7 +278,11 @@ CLI::Resolved CLI::resolve_config(const YAML::Node& config) const {
   VOLT_CHECK(!seed || (*seed >= 0 && *seed <= TrainerOptions::kMaxSeed), ConfigError,
              "config key 'seed_everything': ", seed.value_or(0), " is out of range; a seed is from 0 to ",
              TrainerOptions::kMaxSeed, " (as Lightning's seed_everything), or null for none");
-  if (seed && !r.trainer.seed) r.trainer.seed = seed;
+  // Both name one seed; a saved config.yaml holds both. seed_everything (Lightning's name) wins, so
+  // that `--seed_everything=N` reruns a saved config with another seed.
+  if (seed && r.trainer.seed && *seed != *r.trainer.seed)
+    spdlog::warn("seed_everything ({}) replaces trainer.seed ({}): they name the same seed", *seed, *r.trainer.seed);
+  if (seed) r.trainer.seed = seed;
   r.trainer.validate();
   if (top["ckpt_path"])
     r.ckpt_path = detail::YamlCodec<std::optional<std::string>>::decode(top["ckpt_path"], "ckpt_path").value_or("");

@@ -23,8 +23,8 @@ bool is_run_subcommand(const std::string& name) {
 
 std::string cli_usage(const std::string& program) {
   return "usage: " + program + " {fit,validate,test,predict} [--config FILE ...] [--KEY=VALUE ...] [--print_config]\n" +
-         "       " + program + " consolidate SHARDED_CHECKPOINT [-o FILE] [--overwrite]\n" + "       " + program +
-         " [SUBCOMMAND] --help\n";
+         "       " + program + " consolidate SHARDED_CHECKPOINT [-o FILE] [--format volt|safetensors] [--overwrite]\n" +
+         "       " + program + " [SUBCOMMAND] --help\n";
 }
 
 std::vector<OptionHelp> trainer_help() {
@@ -114,7 +114,11 @@ void class_section_help(std::ostringstream& os, const ClassRegistry<Base>& regis
 
 }  // namespace detail
 
-std::string CLI::usage() const { return detail::cli_usage(program_); }
+std::string CLI::usage() const {
+  std::string out = detail::cli_usage(program_);
+  for (const auto& s : subcommands_) out += "       " + program_ + " " + s.name + " ...   (" + s.name + " --help)\n";
+  return out;
+}
 
 std::string CLI::help(const std::string& subcommand) const {
   std::ostringstream os;
@@ -158,9 +162,14 @@ std::string CLI::help(const std::string& subcommand) const {
   }
   if (!links_.empty()) {
     os << "\nlinked arguments (set by the program, LightningCLI's link_arguments):\n";
-    for (const auto& l : links_)
-      os << "  model.init_args." << l.target_arg << " from " << l.source
-         << (l.apply_on == Link::OnInstantiate ? " (the data module's, after its setup)" : " (the config's)") << "\n";
+    std::vector<std::string> lines;  // two data classes linking the same key read alike: one line
+    for (const auto& l : links_) {
+      std::string line =
+          "  model.init_args." + l.target_arg + " from " + l.source +
+          (l.apply_on == Link::OnInstantiate ? " (the data module's, after its setup)" : " (the config's)");
+      if (std::find(lines.begin(), lines.end(), line) == lines.end()) lines.push_back(std::move(line));
+    }
+    for (const auto& line : lines) os << line << "\n";
   }
   return os.str();
 }

@@ -66,15 +66,7 @@ YAML::Node read_config_file(const std::string& path) {
   return file;
 }
 
-void merge_yaml(YAML::Node base, const YAML::Node& over) {
-  for (const auto& kv : over) {
-    const std::string key = kv.first.Scalar();
-    if (kv.second.IsMap() && base[key] && base[key].IsMap())
-      merge_yaml(base[key], kv.second);
-    else
-      base[key] = YAML::Clone(kv.second);
-  }
-}
+void merge_yaml(YAML::Node base, const YAML::Node& over) { merge_config_maps(base, over); }
 
 void check_section_override(const std::string& key, const std::string& value) {
   if (key != "trainer" && key != "model" && key != "data") return;
@@ -92,8 +84,15 @@ namespace cli {
 YAML::Node load_configs(const std::vector<std::string>& paths, const std::vector<std::string>& overrides) {
   YAML::Node root(YAML::NodeType::Map);
   for (const auto& path : paths) {
-    const YAML::Node file = detail::read_config_file(path);
-    if (!file.IsNull()) detail::merge_yaml(root, file);
+    YAML::Node file = detail::read_config_file(path);
+    if (file.IsNull()) continue;
+    // An empty section (`trainer:` with every key commented out) adds nothing; merged, it would
+    // replace what earlier files set.
+    for (const char* section : {"trainer", "model", "data"}) {
+      const YAML::Node& f = file;
+      if (f[section] && f[section].IsNull()) file.remove(section);
+    }
+    detail::merge_yaml(root, file);
   }
   for (const auto& o : overrides) {
     const auto eq = o.find('=');

@@ -18,7 +18,10 @@ namespace {
 void check_consolidate_output(const std::string& src, const std::string& dst, bool overwrite) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::path s = fs::weakly_canonical(src, ec), d = fs::weakly_canonical(dst, ec);
+  const fs::path s = fs::weakly_canonical(src, ec);
+  VOLT_CHECK(!ec, CheckpointError, "consolidate: the input '", src, "': ", ec.message());
+  const fs::path d = fs::weakly_canonical(dst, ec);
+  VOLT_CHECK(!ec, ConfigError, "consolidate: the output '", dst, "': ", ec.message());
   auto rel = d.lexically_relative(s);
   const bool inside = !rel.empty() && *rel.begin() != "..";
   VOLT_CHECK(!inside, ConfigError, "consolidate: the output '", dst, "' is ",

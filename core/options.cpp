@@ -112,6 +112,7 @@ void YamlReader::finish() const {
 
 void apply_override(YAML::Node& root, const std::string& dotted_key, const std::string& value) {
   VOLT_CHECK(!dotted_key.empty(), ConfigError, "empty override key");
+  VOLT_CHECK(dotted_key.back() != '.', ConfigError, "malformed override key '", dotted_key, "'");
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   std::vector<std::string> parts;
   std::stringstream ss(dotted_key);
@@ -145,7 +146,15 @@ void apply_override(YAML::Node& root, const std::string& dotted_key, const std::
     if (!cur[parts[i]]) cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
     path.push_back(cur[parts[i]]);
   }
-  path.back()[parts.back()] = parsed;
+  YAML::Node target = path.back();
+  const YAML::Node& current = target;  // a const lookup adds no entry
+  if (parsed.IsMap() && current[parts.back()] && current[parts.back()].IsMap() &&
+      !detail::names_another_class(current[parts.back()], parsed, parts.back())) {
+    // --trainer={max_steps: 1} keeps the other trainer keys, as a later config file would.
+    detail::merge_config_maps(target[parts.back()], parsed);
+    return;
+  }
+  target[parts.back()] = parsed;
 }
 
 }  // namespace volt

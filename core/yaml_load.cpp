@@ -154,11 +154,44 @@ YAML::Node load_yaml(const std::string& text, const std::string& what, const Yam
       while (parser.HandleNextDocument(check)) {
       }
     }
-    YAML::Node n = YAML::Load(text);
+    // yaml-cpp's Load keeps the first document and drops the rest without a word; empty ones (a
+    // lone '---' at the end) hold nothing to drop.
+    std::vector<YAML::Node> documents;
+    for (auto& d : YAML::LoadAll(text))
+      if (!d.IsNull()) documents.push_back(d);
+    VOLT_CHECK(documents.size() <= 1, ConfigError, what, ": holds ", documents.size(),
+               " YAML documents (separated by '---'); one is read: merge them into one (a configuration can be "
+               "split over several --config files instead, later ones overriding earlier ones)");
+    YAML::Node n = documents.empty() ? YAML::Node() : documents.front();
     resolve_merge_keys(n, what);
     return n;
   } catch (const YAML::Exception& e) {
     throw ConfigError(str_cat(what, ": ", e.what()));
+  }
+}
+
+bool names_another_class(const YAML::Node& base, const YAML::Node& over, const std::string& key) {
+  // {class_path, init_args} anywhere; {name, ...} only where it names a strategy (elsewhere "name"
+  // is an ordinary argument: a logger's run name).
+  std::vector<const char*> ids{"class_path"};
+  if (key == "strategy") ids.push_back("name");
+  bool over_names = false;
+  for (const char* k : ids) {
+    if (!over[k]) continue;
+    over_names = true;
+    if (base[k] && base[k].IsScalar() && over[k].IsScalar() && base[k].Scalar() == over[k].Scalar()) return false;
+  }
+  return over_names;  // named, and not as base is named (another value, or the other form)
+}
+
+void merge_config_maps(YAML::Node base, const YAML::Node& over) {
+  for (const auto& kv : over) {
+    const std::string k = kv.first.Scalar();
+    const YAML::Node& b = base;  // a const lookup adds no entry
+    if (kv.second.IsMap() && b[k] && b[k].IsMap() && !names_another_class(b[k], kv.second, k))
+      merge_config_maps(base[k], kv.second);
+    else
+      base[k] = YAML::Clone(kv.second);
   }
 }
 

@@ -29,4 +29,12 @@ YAML::Node load_yaml(const std::string& text, const std::string& what, const Yam
 /// may multiply it), and a refusal is a CheckpointError naming `what`.
 YAML::Node load_checkpoint_yaml(const std::string& text, const std::string& what);
 
+/// Merges config map `over` into `base` (a later config file, or a map given on the command line):
+/// maps merge key by key, anything else replaces. A map naming another class (`class_path`), or
+/// under the key "strategy" another strategy (`name`, or the other of the two forms), replaces the
+/// old one whole: its options mean nothing to the new one.
+void merge_config_maps(YAML::Node base, const YAML::Node& over);
+/// Whether `over`, given for `base` under `key`, names another class or strategy (see above).
+bool names_another_class(const YAML::Node& base, const YAML::Node& over, const std::string& key);
+
 }  // namespace volt::detail

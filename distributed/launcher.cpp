@@ -42,8 +42,11 @@ volatile sig_atomic_t g_launcher_died = 0;
 extern "C" void on_grace_over(int) { ::_exit(1); }
 
 extern "C" void on_launcher_death(int) {
-  [[maybe_unused]] const ssize_t n = ::write(2, g_launcher_died_line, g_launcher_died_len);
+  // Delivered again as the orphan is reparented through the dying launcher's threads: the first
+  // delivery says it and starts the grace, the others change nothing.
+  if (g_launcher_died) return;
   g_launcher_died = 1;
+  [[maybe_unused]] const ssize_t n = ::write(2, g_launcher_died_line, g_launcher_died_len);
   ::alarm(5);
 }
 }  // namespace

@@ -51,7 +51,8 @@ struct PeerWatchdog::State {
   int blocked = 0;
   std::string blocked_in;
   Clock::time_point blocked_since;
-  bool in_request = false;  // a store request of this rank is under way (guarded by mu)
+  bool in_request = false;            // a store request of this rank is under way (guarded by mu)
+  std::atomic<bool> answered{false};  // the store has answered this rank once
   Clock::time_point request_since;
 
   std::atomic<bool> rank0_left{false};
@@ -136,16 +137,34 @@ PeerWatchdog::PeerWatchdog(const std::string& host, int port, int64_t rank, int6
   so.isServer = false;
   so.waitWorkers = false;  // a second connection of this rank: not counted as a worker
   so.timeout = std::chrono::seconds(30);
-  s.store = compat::make_tcp_store(host, so);
   s.store_host = host + ":" + std::to_string(port);
-  s.store->add(alive_key(rank), 1);  // alive from now on
-  io_ = std::thread([st = state_] {
-    keep_launcher_signal_away();
-    st->io_loop();
-  });
+  // The guard first: the first request goes to whatever accepted the connection, and a program
+  // that accepts but never answers (another one on MASTER_PORT, or a rank 0 stopped before it could
+  // answer) would hold this thread in recv() for ever. Timed like every later request, it ends
+  // the rank with a message after the heartbeat timeout and the grace.
   guard_ = std::thread([st = state_] {
     keep_launcher_signal_away();
     st->guard_loop();
+  });
+  try {
+    Blocked blocked(this, "its first request to the rendezvous store");
+    s.request([&] {
+      s.store = compat::make_tcp_store(host, so);
+      return s.store->add(alive_key(rank), 1);  // alive from now on
+    });
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.stop = true;
+    }
+    s.cv.notify_all();
+    guard_.join();
+    throw;
+  }
+  s.answered = true;
+  io_ = std::thread([st = state_] {
+    keep_launcher_signal_away();
+    st->io_loop();
   });
 }
 
@@ -296,9 +315,16 @@ void PeerWatchdog::State::guard_loop() {
         Clock::now() - request_since >= opts.timeout) {
       const double secs = seconds_since(request_since);
       lock.unlock();
-      fail(detail::str_cat("rank 0 stopped answering: the store it serves at ", store_host, " has not replied to rank ",
-                           rank, " for ", secs, " s (rank 0 stopped, or its host ", rank0_host(), " down or cut off)"),
-           /*post=*/false);
+      if (answered)
+        fail(detail::str_cat("rank 0 stopped answering: the store it serves at ", store_host,
+                             " has not replied to rank ", rank, " for ", secs, " s (rank 0 stopped, or its host ",
+                             rank0_host(), " down or cut off)"),
+             /*post=*/false);
+      else
+        fail(detail::str_cat("no rendezvous store answers at ", store_host, ": rank ", rank, " has waited ", secs,
+                             " s for its first reply. Another program may be listening on MASTER_PORT (give the job "
+                             "a free port), or rank 0 stopped before it could answer, or its host is unreachable"),
+             /*post=*/false);
       lock.lock();
     }
     // A rank blocked in a collective since (or from before) a known failure cannot be woken.

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -117,7 +119,20 @@ c10::intrusive_ptr<c10d::Store> connect_store(const ClusterEnv& env, std::chrono
   so.numWorkers = static_cast<size_t>(env.world_size);
   so.waitWorkers = false;  // agree_on_world waits, watching for failures
   so.timeout = timeout;
-  return compat::make_tcp_store(env.master_addr, so);
+  try {
+    return compat::make_tcp_store(env.master_addr, so);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    std::transform(what.begin(), what.end(), what.begin(), [](unsigned char c) { return std::tolower(c); });
+    const bool in_use =
+        what.find("address already in use") != std::string::npos || what.find("eaddrinuse") != std::string::npos;
+    // Rank 0 serves the store: its port taken is another job's, or a second process given RANK=0.
+    VOLT_CHECK(!(so.isServer && in_use), DistributedError, "rank 0 cannot serve the rendezvous store on port ",
+               env.port,
+               ": the port is in use (another job, or a second process started with RANK=0 for this job); "
+               "give the job a free MASTER_PORT and start exactly one process with RANK=0");
+    throw;
+  }
 }
 
 void agree_on_world(c10d::Store& store, const ClusterEnv& env, const std::string& address,

@@ -110,6 +110,9 @@ StrategyOptions YamlCodec<StrategyOptions>::decode(const YAML::Node& n, const st
     o.ddp.visit(r);
   } else if (nm == "fsdp" || nm == "fsdp_cpu_offload") {
     o.fsdp.visit(r);
+    VOLT_CHECK(nm != "fsdp_cpu_offload" || !body["cpu_offload"] || o.fsdp.cpu_offload, ConfigError, "config key '", key,
+               ".cpu_offload': false contradicts the strategy's name fsdp_cpu_offload (which offloads); name it "
+               "fsdp to train without offloading");
   } else {
     r("activation_checkpointing_policy", o.activation_checkpointing_policy);
   }

@@ -7,6 +7,8 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <map>
 #include <typeinfo>
 
@@ -15,6 +17,7 @@
 #include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/optimizer_hparams.h"
 #include "volt/checkpoint/rng_state.h"
+#include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
 #include "volt/core/files.h"
 
@@ -171,8 +174,11 @@ std::string CheckpointConnector::find_best() const {
       ++count;
     }
   VOLT_CHECK(first != nullptr, CheckpointError,
-             "ckpt_path='best' is set but no ModelCheckpoint is configured (enable_checkpointing is off); give the "
-             "checkpoint's path instead");
+             "ckpt_path='best' is set but this Trainer has no ModelCheckpoint (fit adds one unless "
+             "trainer.enable_checkpointing is false; validate, test and predict add none): 'best' is the best "
+             "checkpoint of a fit this Trainer ran. Give the checkpoint's path instead (e.g. ckpt_path=last or a file "
+             "under '",
+             options_.default_root_dir, "/checkpoints')");
   VOLT_CHECK(
       !first->best_model_path().empty(), CheckpointError,
       "ckpt_path='best' is set but the ModelCheckpoint has no best checkpoint (best_model_path is empty): "
@@ -340,7 +346,23 @@ void CheckpointConnector::abandon_saves() noexcept {
 }
 
 void CheckpointConnector::remove_checkpoint(const std::string& path) {
-  auto remove = [path] { detail::remove_tree(path); };
+  auto remove = [path] {
+    // A sharded checkpoint is a folder, deleted file by file: it is first renamed to a name the
+    // next run's start removes (".partial"), so that a kill midway never leaves a folder under a
+    // checkpoint's name that holds some of its files and not others.
+    std::error_code ec;
+    if (std::filesystem::is_directory(std::filesystem::symlink_status(path, ec))) {
+      const std::string doomed = path + ".removed.partial";
+      detail::remove_tree(doomed);
+      if (::rename(path.c_str(), doomed.c_str()) == 0) {
+        const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+        detail::fsync_dir(parent.empty() ? std::string(".") : parent.string());
+        detail::remove_tree(doomed);
+        return;
+      }
+    }
+    detail::remove_tree(path);
+  };
   if (async_)
     async_->after_save(remove);
   else

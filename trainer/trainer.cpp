@@ -10,6 +10,8 @@
 #include <optional>
 #include <typeinfo>
 
+#include "volt/callbacks/device_stats_monitor.h"
+#include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/model_summary.h"
 #include "volt/callbacks/progress_bar.h"
@@ -177,12 +179,38 @@ torch::Tensor Trainer::all_gather(const torch::Tensor& tensor, bool sync_grads) 
 
 void Trainer::add_default_callbacks(const std::string& stage) {
   // As Lightning adds them, unless the user passed one of the kind.
-  auto has = [&](auto* probe) {
+  auto count = [&](auto* probe) {
     using T = std::remove_pointer_t<decltype(probe)>;
-    for (auto& c : callbacks_)
-      if (dynamic_cast<T*>(c.get())) return true;
-    return false;
+    int n = 0;
+    for (auto& c : callbacks_) n += dynamic_cast<T*>(c.get()) != nullptr;
+    return n;
   };
+  auto has = [&](auto* probe) { return count(probe) > 0; };
+  // Lightning refuses these rather than drop one side of them.
+  const int bars = count(static_cast<ProgressBar*>(nullptr));
+  VOLT_CHECK(bars <= 1, ConfigError, "trainer.callbacks holds ", bars, " ProgressBar callbacks; one is supported");
+  VOLT_CHECK(bars == 0 || options_.enable_progress_bar, ConfigError,
+             "config key 'trainer.enable_progress_bar' is false, but trainer.callbacks holds a ProgressBar; remove "
+             "one of them");
+  const bool lr_monitor =
+      stage == "fit" && has(static_cast<LearningRateMonitor*>(nullptr));  // Lightning: on_train_start
+  const bool stats_monitor = has(static_cast<DeviceStatsMonitor*>(nullptr));
+  bool logging = true;
+  if (lr_monitor || stats_monitor) {
+    // fast_dev_run logs nowhere on purpose (Lightning's DummyLogger; validated() turned the logger
+    // off): not a misconfiguration. Rank 0 decides for all: ranks other than 0 drop their loggers at
+    // their first set-up, and a later stage must not see them differently.
+    const bool mine = options_.fast_dev_run || (loggers_given_ ? !loggers_.empty() : bool(options_.logger));
+    logging = strategy_->world_size() == 1
+                  ? mine
+                  : strategy_->broadcast(torch::tensor({mine ? 1.0 : 0.0}, torch::kDouble), 0).item<double>() > 0.5;
+  }
+  VOLT_CHECK(logging || !lr_monitor, ConfigError,
+             "trainer.callbacks holds a LearningRateMonitor, but trainer.logger is off: what it logs would go "
+             "nowhere; turn the logger on or remove the callback");
+  VOLT_CHECK(logging || !stats_monitor, ConfigError,
+             "trainer.callbacks holds a DeviceStatsMonitor, but trainer.logger is off: what it logs would go "
+             "nowhere; turn the logger on or remove the callback");
   if (options_.enable_progress_bar && !has(static_cast<ProgressBar*>(nullptr)))
     callbacks_.push_back(std::make_shared<ProgressBar>());
   if (options_.enable_model_summary && !has(static_cast<ModelSummary*>(nullptr)))

@@ -36,22 +36,28 @@ void TrainerOptions::validate() {
   VOLT_CHECK(num_nodes >= 1, ConfigError, "config key 'trainer.num_nodes': must be >= 1, got ", num_nodes);
   VOLT_CHECK(max_restarts >= 0 && max_restarts <= 1000, ConfigError,
              "config key 'trainer.max_restarts': must be from 0 to 1000, got ", max_restarts);
-  VOLT_CHECK(max_epochs >= -1, ConfigError, "config key 'trainer.max_epochs': must be >= -1, got ", max_epochs);
+  VOLT_CHECK(!max_epochs || *max_epochs >= -1, ConfigError,
+             "config key 'trainer.max_epochs': must be >= -1 (-1: no limit) or null, got ", max_epochs.value_or(0));
   VOLT_CHECK(max_steps >= -1, ConfigError, "config key 'trainer.max_steps': must be >= -1, got ", max_steps);
   VOLT_CHECK(!min_epochs || *min_epochs >= 0, ConfigError, "config key 'trainer.min_epochs': must be >= 0, got ",
              min_epochs.value_or(0));
   VOLT_CHECK(!min_steps || *min_steps >= 0, ConfigError, "config key 'trainer.min_steps': must be >= 0, got ",
              min_steps.value_or(0));
-  VOLT_CHECK(!min_epochs || max_epochs < 0 || *min_epochs <= max_epochs, ConfigError,
-             "config key 'trainer.min_epochs': ", *min_epochs, " is more than trainer.max_epochs (", max_epochs, ")");
+  VOLT_CHECK(!min_epochs || !max_epochs || *max_epochs < 0 || *min_epochs <= *max_epochs, ConfigError,
+             "config key 'trainer.min_epochs': ", min_epochs.value_or(0), " is more than trainer.max_epochs (",
+             max_epochs.value_or(0), ")");
   VOLT_CHECK(!min_steps || max_steps < 0 || *min_steps <= max_steps, ConfigError,
              "config key 'trainer.min_steps': ", *min_steps, " is more than trainer.max_steps (", max_steps, ")");
   VOLT_CHECK(reload_dataloaders_every_n_epochs >= 0, ConfigError,
              "config key 'trainer.reload_dataloaders_every_n_epochs': must be >= 0, got ",
              reload_dataloaders_every_n_epochs);
-  for (size_t i = 0; i < plugins.size(); ++i)
+  for (size_t i = 0; i < plugins.size(); ++i) {
     VOLT_CHECK(plugins[i] == "AsyncCheckpointIO", ConfigError, "config key 'trainer.plugins[", i,
                "]': unknown plugin '", plugins[i], "'; valid: AsyncCheckpointIO");
+    for (size_t j = 0; j < i; ++j)
+      VOLT_CHECK(plugins[j] != plugins[i], ConfigError, "config key 'trainer.plugins[", i, "]': ", plugins[i],
+                 " is given twice (as plugins[", j, "]); a Trainer has one checkpoint IO");
+  }
   VOLT_CHECK(check_val_every_n_epoch >= 1, ConfigError,
              "config key 'trainer.check_val_every_n_epoch': must be >= 1, got ", check_val_every_n_epoch);
   VOLT_CHECK(num_sanity_val_steps >= -1, ConfigError, "config key 'trainer.num_sanity_val_steps': must be >= -1, got ",
@@ -121,7 +127,7 @@ YAML::Node YamlCodec<FastDevRun>::encode(const FastDevRun& v) {
 }  // namespace detail
 
 int64_t TrainerOptions::effective_max_epochs() const {
-  if (max_epochs >= 0) return max_epochs;
+  if (max_epochs) return *max_epochs >= 0 ? *max_epochs : std::numeric_limits<int64_t>::max();
   return max_steps == -1 ? 1000 : std::numeric_limits<int64_t>::max();
 }
 

@@ -78,7 +78,9 @@ struct TrainerOptions {
   int64_t max_restarts = 0;
   StrategyOptions strategy;
   std::string precision = "32-true";
-  int64_t max_epochs = -1;  // -1: 1000 when max_steps is -1 too (Lightning's rule), else unlimited
+  /// Lightning's: unset, 1000 when max_steps is -1 too, else unlimited; -1: unlimited (train until
+  /// max_steps, max_time or a stop).
+  std::optional<int64_t> max_epochs;
   int64_t max_steps = -1;
   /// Training runs at least this many epochs / optimizer steps even when a callback (EarlyStopping)
   /// sets should_stop earlier; null: no minimum (Lightning's min_epochs / min_steps).

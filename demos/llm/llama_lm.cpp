@@ -45,6 +45,10 @@ void LlamaLMOptions::validate(const std::string& prefix) const {
              warmup_steps);
   VOLT_CHECK(lr_decay_steps >= 0, ConfigError, "config key '", key_of(prefix, "lr_decay_steps"),
              "': must be >= 0 (0: trainer.max_steps), got ", lr_decay_steps);
+  VOLT_CHECK(lr_decay_steps == 0 || lr_decay_steps > warmup_steps, ConfigError, "config key '",
+             key_of(prefix, "lr_decay_steps"), "': ", lr_decay_steps, " is not more than ",
+             key_of(prefix, "warmup_steps"), " (", warmup_steps,
+             "): the cosine decay runs from the end of warm-up to step lr_decay_steps, so it would never start");
   VOLT_CHECK(min_lr_ratio >= 0.0 && min_lr_ratio <= 1.0, ConfigError, "config key '", key_of(prefix, "min_lr_ratio"),
              "': must be in [0, 1], got ", min_lr_ratio);
 }

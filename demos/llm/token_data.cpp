@@ -27,6 +27,10 @@ void TokenDataOptions::validate(const std::string& prefix) const {
   VOLT_CHECK(tokenizer_vocab_size <= (int64_t{1} << 32), ConfigError, "config key '", key("tokenizer_vocab_size"),
              "': ", tokenizer_vocab_size, " is more than token files hold (2^32)");
   VOLT_CHECK(block_size >= 1, ConfigError, "config key '", key("block_size"), "': must be >= 1, got ", block_size);
+  // A window is block_size + 1 tokens, indexed in int64 and batched as [batch_size, block_size].
+  constexpr int64_t kMaxBlock = int64_t{1} << 32;
+  VOLT_CHECK(block_size <= kMaxBlock, ConfigError, "config key '", key("block_size"), "': ", block_size,
+             " tokens a sequence is more than ", kMaxBlock, "; is it a typo?");
   VOLT_CHECK(batch_size >= 1, ConfigError, "config key '", key("batch_size"), "': must be >= 1, got ", batch_size);
   VOLT_CHECK(num_workers >= 0, ConfigError, "config key '", key("num_workers"), "': must be >= 0, got ", num_workers);
   if (is_token_file_name(train_file) && tokenizer.empty()) {  // then no tokenizer is trained

@@ -12,9 +12,12 @@
 #include "checkpoint/checkpoint_support.h"
 #include "error_capture.h"
 #include "trainer/trainer_support.h"
+#include "volt/callbacks/device_stats_monitor.h"
 #include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/prediction_writer.h"
+#include "volt/callbacks/progress_bar.h"
 #include "volt/callbacks/timer.h"
 #include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/weights.h"
@@ -62,6 +65,52 @@ TEST_CASE("ModelCheckpoint refuses an empty filename, a negative train_time_inte
   both.every_n_train_steps = 3;
   both.train_time_interval = 60;
   CHECK_THAT(config_error([&] { ModelCheckpoint{both}; }), Contains("mutually exclusive"));
+}
+
+TEST_CASE("ModelCheckpoint refuses every_n_epochs beside another trigger, which would ignore it",
+          "[callbacks][checkpoint][refusals]") {
+  ModelCheckpointOptions steps;
+  steps.every_n_train_steps = 1;
+  steps.every_n_epochs = 2;
+  CHECK_THAT(config_error([&] { ModelCheckpoint{steps}; }),
+             Contains("every_n_epochs=2") && Contains("every_n_train_steps") && Contains("mutually exclusive"));
+  ModelCheckpointOptions time = steps;
+  time.every_n_train_steps = 0;
+  time.train_time_interval = 60;
+  CHECK_THAT(config_error([&] { ModelCheckpoint{time}; }), Contains("train_time_interval"));
+  steps.every_n_epochs = 1;  // the default gives way, as Lightning's unset every_n_epochs
+  CHECK_NOTHROW(ModelCheckpoint{steps});
+}
+
+TEST_CASE("Callbacks that would do nothing or contradict the Trainer's options are refused, as Lightning",
+          "[callbacks][refusals]") {
+  auto fit = [](TrainerOptions o, std::vector<std::shared_ptr<Callback>> cbs) {
+    Trainer t(o, std::move(cbs));
+    auto m = make_model(0);
+    auto train = make_loader(16, 8);
+    t.fit(*m, train);
+  };
+  auto run = [&](TrainerOptions o, std::vector<std::shared_ptr<Callback>> cbs) {
+    return config_error([&] { fit(o, cbs); });
+  };
+  auto o = quiet_options(temp_dir("callback-refusals"));
+  o.max_steps = 1;
+  o.enable_progress_bar = true;
+  CHECK_THAT(run(o, {std::make_shared<ProgressBar>(), std::make_shared<ProgressBar>()}),
+             Contains("2 ProgressBar callbacks"));
+  o.enable_progress_bar = false;
+  CHECK_THAT(run(o, {std::make_shared<ProgressBar>()}), Contains("trainer.enable_progress_bar"));
+  o.logger = false;
+  CHECK_THAT(run(o, {std::make_shared<LearningRateMonitor>()}),
+             Contains("LearningRateMonitor") && Contains("trainer.logger"));
+  CHECK_THAT(run(o, {std::make_shared<DeviceStatsMonitor>()}), Contains("DeviceStatsMonitor"));
+  o.fast_dev_run = true;  // logs nowhere on purpose (DummyLogger): not a misconfiguration
+  o.logger = true;
+  CHECK_NOTHROW(fit(o, {std::make_shared<LearningRateMonitor>()}));
+  // The Trainer's options refuse a plugin given twice.
+  TrainerOptions twice;
+  twice.plugins = {"AsyncCheckpointIO", "AsyncCheckpointIO"};
+  CHECK_THAT(config_error([&] { twice.validate(); }), Contains("trainer.plugins[1]") && Contains("twice"));
 }
 
 TEST_CASE("ModelCheckpoint whose monitor is never logged fails once validation has run, as Lightning",

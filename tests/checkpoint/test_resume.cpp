@@ -237,6 +237,15 @@ TEST_CASE("volt consolidate turns a sharded checkpoint into the full one, and da
     const std::string msg = checkpoint_error([&] { CheckpointReader r(c); });
     CHECK_THAT(msg, Contains("rank_00001.ckpt") && Contains("rank 1"));
   }
+  SECTION("the rank files swapped") {
+    const std::string c = copy("swapped");
+    fs::rename(c + "/rank_00000.ckpt", c + "/t");
+    fs::rename(c + "/rank_00001.ckpt", c + "/rank_00000.ckpt");
+    fs::rename(c + "/t", c + "/rank_00001.ckpt");
+    const std::string msg = checkpoint_error([&] { CheckpointReader r(c); });
+    CHECK_THAT(msg, Contains("holds rank 1's shard") && Contains("swapped"));
+    CHECK_THAT(msg, !Contains("another save"));
+  }
   SECTION("no COMPLETE marker (a save that did not finish)") {
     const std::string c = copy("incomplete");
     fs::remove(c + "/COMPLETE");

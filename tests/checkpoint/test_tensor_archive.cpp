@@ -6,13 +6,16 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "boring_model.h"
@@ -507,4 +510,60 @@ TEST_CASE("ArchiveWriter: a full file replaces a sharded checkpoint folder of th
   REQUIRE(fs::is_regular_file(path));
   CHECK(torch::equal(ArchiveReader(path).read("s", "x"), torch::full({4}, 2.0)));
   CHECK(folder_entries(dir) == std::vector<std::string>{"last.ckpt"});  // the old folder is gone
+}
+
+TEST_CASE("an ArchiveReader reads one file while saves rename others over its path", "[checkpoint][archive]") {
+  // A run rewriting last.ckpt while an evaluation reads it: each read sees one whole file, either
+  // the old one or the new one, never one's index with the other's bytes (a false "corrupted").
+  const std::string dir = temp_dir("archive-replaced");
+  const std::string path = dir + "/last.ckpt";
+  auto write = [&](const std::string& p, int64_t pad, float value) {
+    ArchiveWriter w(p);
+    w.add("s", "pad", torch::zeros({pad}));  // moves x to another offset in each file
+    w.add("s", "x", torch::full({4096}, value));
+    w.commit({}, YAML::Node(YAML::NodeType::Map));
+  };
+  write(dir + "/a", 10, 1.0f);
+  write(dir + "/b", 5000, 2.0f);
+  fs::copy_file(dir + "/a", path);
+  std::atomic<bool> stop{false};
+  std::thread saver([&] {
+    for (int i = 0; !stop; ++i) {
+      const std::string tmp = path + ".tmp";
+      fs::copy_file(dir + (i % 2 ? "/a" : "/b"), tmp, fs::copy_options::overwrite_existing);
+      fs::rename(tmp, path);
+    }
+  });
+  int failures = 0, reads = 0;
+  std::string first_error;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < end) {
+    try {
+      ArchiveReader r(path);
+      const torch::Tensor x = r.read("s", "x");
+      const float v = x[0].item<float>();
+      if (!(v == 1.0f || v == 2.0f) || !torch::equal(x, torch::full({4096}, v))) ++failures;
+    } catch (const CheckpointError& e) {
+      if (first_error.empty()) first_error = e.what();
+      ++failures;
+    }
+    ++reads;
+  }
+  stop = true;
+  saver.join();
+  INFO(first_error);
+  CHECK(reads > 20);
+  CHECK(failures == 0);
+}
+
+TEST_CASE("a checkpoint path that cannot be resolved is a CheckpointError naming it", "[checkpoint][reader]") {
+  const std::string dir = temp_dir("reader-link-loop");
+  fs::create_symlink("loop_b", dir + "/loop_a");
+  fs::create_symlink("loop_a", dir + "/loop_b");
+  for (const std::string& path : {dir + "/loop_a", dir + "/" + std::string(300, 'x') + ".ckpt"}) {
+    INFO(path);
+    const std::string msg = checkpoint_error([&] { CheckpointReader r(path); });
+    CHECK_THAT(msg, Contains("checkpoint '" + path + "'"));
+    CHECK_THAT(checkpoint_error([&] { ArchiveReader r(path); }), Contains("checkpoint '" + path + "'"));
+  }
 }

@@ -227,6 +227,61 @@ TEST_CASE("CLI: overrides reach init_args in the full and the flat form, and swi
             .as<int64_t>() == 16);  // same class: merged
 }
 
+TEST_CASE("CLI: a trainer map override merges, an empty later section keeps keys, one document a file", "[cli]") {
+  const std::string dir = temp_dir("cli-trainer-merge");
+  std::vector<std::string> log;
+  CLI cli;
+  register_toys(cli, &log);
+  const std::string a = write_file(dir, "a.yaml",
+                                   "trainer: {max_steps: 5, log_every_n_steps: 2, strategy: {name: fsdp, "
+                                   "sharding_strategy: SHARD_GRAD_OP}}\n"
+                                   "model: ToyNet\n");
+  // A map given for the whole section merges like a later file: the keys it does not name stay.
+  const YAML::Node merged = cli.resolve(cli.load({a}, {"trainer={max_steps: 1}"}));
+  CHECK(merged["trainer"]["max_steps"].as<int64_t>() == 1);
+  CHECK(merged["trainer"]["log_every_n_steps"].as<int64_t>() == 2);
+  CHECK(merged["trainer"]["strategy"]["sharding_strategy"].as<std::string>() == "SHARD_GRAD_OP");
+  CHECK(cli.resolve(cli.load({a}, {"trainer={}"}))["trainer"]["max_steps"].as<int64_t>() == 5);
+  // ... at any depth; another strategy name replaces the old strategy's keys instead.
+  CHECK(cli.resolve(cli.load(
+            {a}, {"trainer.strategy={name: fsdp, cpu_offload: true}"}))["trainer"]["strategy"]["sharding_strategy"]
+            .as<std::string>() == "SHARD_GRAD_OP");
+  const YAML::Node ddp = cli.resolve(cli.load({a}, {"trainer.strategy={name: ddp}"}));
+  CHECK(ddp["trainer"]["strategy"]["name"].as<std::string>() == "ddp");
+  CHECK_FALSE(ddp["trainer"]["strategy"]["sharding_strategy"]);
+  // A later file follows the same rule.
+  const std::string to_ddp = write_file(dir, "ddp.yaml", "trainer: {strategy: {name: ddp}}\n");
+  CHECK_FALSE(cli.resolve(cli.load({a, to_ddp}, {}))["trainer"]["strategy"]["sharding_strategy"]);
+  // A LightningCLI class_path form given over a name form is another form: it replaces too.
+  const YAML::Node by_class = cli.resolve(
+      cli.load({a}, {"trainer.strategy={class_path: lightning.pytorch.strategies.DDPStrategy, init_args: {}}"}));
+  CHECK_FALSE(by_class["trainer"]["strategy"]["sharding_strategy"]);
+  // A later file whose trainer section is empty (every key commented out) changes nothing.
+  const std::string empty = write_file(dir, "empty.yaml", "trainer:\n#  max_steps: 9\nmodel:\n");
+  const YAML::Node kept = cli.resolve(cli.load({a, empty}, {}));
+  CHECK(kept["trainer"]["max_steps"].as<int64_t>() == 5);
+  CHECK(kept["trainer"]["log_every_n_steps"].as<int64_t>() == 2);
+  // Two YAML documents in one file: refused, naming the file (yaml-cpp would drop the second).
+  const std::string two = write_file(dir, "two.yaml", "trainer: {max_steps: 1}\n---\ntrainer: {max_steps: 3}\n");
+  CHECK_THAT(
+      [&] {
+        try {
+          cli.load({two}, {});
+        } catch (const ConfigError& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }(),
+      Contains("two.yaml") && Contains("2 YAML documents"));
+  // seed_everything and trainer.seed name one seed (a saved config holds both): Lightning's name
+  // wins, so that --seed_everything=N reruns a saved config with another seed.
+  CHECK(resolve_text(cli, "seed_everything: 1\ntrainer: {seed: 2}\nmodel: ToyNet")["trainer"]["seed"].as<int64_t>() ==
+        1);
+  CHECK(resolve_text(cli, "trainer: {seed: 2}\nmodel: ToyNet")["trainer"]["seed"].as<int64_t>() == 2);
+  // A trailing dot is not a key.
+  CHECK_THROWS_AS(cli.load({a}, {"trainer.max_steps.=7"}), ConfigError);
+}
+
 TEST_CASE("CLI: link_arguments on parse copies a config value into the model's init_args", "[cli]") {
   std::vector<std::string> log;
   CLI cli;

@@ -1,6 +1,7 @@
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
+#include <limits>
 #include <string>
 
 #include "gpu_visibility.h"
@@ -49,7 +50,8 @@ TEST_CASE("TrainerOptions defaults are Lightning's", "[options]") {
     CHECK(o.strategy.name == "auto");
     CHECK(o.gradient_clip_algorithm == "norm");
     CHECK_FALSE(o.gradient_clip_val.has_value());
-    CHECK(o.max_epochs == -1);
+    CHECK_FALSE(o.max_epochs.has_value());  // Lightning's None: 1000 epochs unless max_steps is set
+    CHECK(o.effective_max_epochs() == 1000);
     CHECK(o.max_steps == -1);
     // Lightning's accelerator="auto", devices="auto": resolved when validated.
     CHECK(o.accelerator == "auto");
@@ -72,7 +74,7 @@ TEST_CASE("TrainerOptions defaults are Lightning's", "[options]") {
     CHECK(o.strategy.fsdp.sharding_strategy == "FULL_SHARD");
     CHECK(o.strategy.ddp.bucket_cap_mb == 25.0);
   }
-  // Lightning: max_epochs=-1 with max_steps=-1 means 1000 epochs; with max_steps set, no epoch limit.
+  // Lightning: max_epochs unset with max_steps=-1 means 1000 epochs; with max_steps set, no epoch limit.
   TrainerOptions o;
   CHECK(o.effective_max_epochs() == 1000);
   o.max_steps = 10;
@@ -174,6 +176,24 @@ TEST_CASE("BatchLimit: an integer is a count, a float a fraction", "[options]") 
   CHECK(BatchLimit::fraction(0.0).apply(8) == 0);
 }
 
+TEST_CASE("max_epochs: unset is 1000 epochs without max_steps, -1 is no limit, as Lightning", "[options]") {
+  TrainerOptions o;
+  CHECK(o.effective_max_epochs() == 1000);
+  o.max_steps = 10;
+  CHECK(o.effective_max_epochs() == std::numeric_limits<int64_t>::max());
+  o.max_steps = -1;
+  o.max_epochs = -1;  // train until max_time or a stop
+  CHECK(o.effective_max_epochs() == std::numeric_limits<int64_t>::max());
+  o.max_epochs = 3;
+  CHECK(o.effective_max_epochs() == 3);
+  const auto yaml = parse_trainer("trainer: {max_epochs: -1}");
+  CHECK(yaml.max_epochs == -1);
+  CHECK(yaml.effective_max_epochs() == std::numeric_limits<int64_t>::max());
+  CHECK_FALSE(parse_trainer("trainer: {max_epochs: null}").max_epochs.has_value());
+  auto bad = parse_trainer("trainer: {max_epochs: -2}");
+  CHECK_THAT(config_error([&] { bad.validate(); }), Contains("trainer.max_epochs"));
+}
+
 TEST_CASE("strategy as a name, a map, and LightningCLI's class_path form", "[options]") {
   SECTION("a name alone") {
     auto o = parse_trainer("trainer:\n  strategy: fsdp\n");
@@ -186,6 +206,14 @@ TEST_CASE("strategy as a name, a map, and LightningCLI's class_path form", "[opt
     CHECK(o.strategy.fsdp.cpu_offload);
     o.validate();
     CHECK(o.strategy.fsdp.sharding_strategy == "SHARD_GRAD_OP");
+  }
+  SECTION("fsdp_cpu_offload offloads; cpu_offload: false beside it contradicts the name") {
+    auto o = parse_trainer("trainer:\n  strategy: {name: fsdp_cpu_offload, cpu_offload: true}\n");
+    o.validate();
+    CHECK(o.strategy.fsdp.cpu_offload);
+    CHECK_THAT(
+        config_error([] { parse_trainer("trainer:\n  strategy: {name: fsdp_cpu_offload, cpu_offload: false}\n"); }),
+        Contains("trainer.strategy.cpu_offload") && Contains("fsdp_cpu_offload"));
   }
   SECTION("an uppercase name is normalized") {
     auto o = parse_trainer("trainer:\n  strategy: FSDP\n");

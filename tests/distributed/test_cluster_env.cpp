@@ -1,9 +1,15 @@
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
+#include "boring_model.h"
+#include "trainer/trainer_support.h"
 #include "volt/core/errors.h"
 #include "volt/distributed/cluster_env.h"
+#include "volt/trainer/trainer.h"
 
 using namespace volt;
 
@@ -124,4 +130,34 @@ TEST_CASE("no launcher: Lightning's NODE_RANK, MASTER_ADDR and MASTER_PORT place
   env["MASTER_PORT"] = "29611";
   env["NODE_RANK"] = "-1";
   CHECK_THROWS_WITH(ClusterEnv::detect(&env), Catch::Contains("NODE_RANK"));
+}
+
+TEST_CASE("a node rank outside trainer.num_nodes is refused before any rank starts", "[distributed][env]") {
+  struct NodeRankEnv {  // NODE_RANK for this case only
+    std::optional<std::string> before;
+    NodeRankEnv() {
+      if (const char* v = std::getenv("NODE_RANK")) before = v;
+      ::setenv("NODE_RANK", "5", 1);
+    }
+    ~NodeRankEnv() {
+      if (before)
+        ::setenv("NODE_RANK", before->c_str(), 1);
+      else
+        ::unsetenv("NODE_RANK");
+    }
+  } env;
+  auto o = testing::quiet_options(testing::temp_dir("node-rank-range"));
+  o.accelerator = "cpu";
+  o.devices = 2;
+  o.num_nodes = 2;
+  o.strategy = "ddp";
+  Trainer t(o);
+  auto m = testing::make_model(0);
+  auto train = testing::make_loader(16, 8);
+  try {
+    t.fit(*m, train);
+    FAIL("fit with NODE_RANK=5 of 2 nodes did not throw");
+  } catch (const DistributedError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("node rank 5") && Catch::Contains("trainer.num_nodes"));
+  }
 }

@@ -1,12 +1,19 @@
 // Liveness between ranks started by a cluster launcher (torchrun, SLURM: no volt launcher to watch
 // them): a rank that dies, stops or fails makes the others end within seconds, naming it, instead of
 // waiting for the collective timeout (600 s here).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "boring_model.h"
 #include "distributed/multi_rank.h"
@@ -163,4 +170,50 @@ TEST_CASE("a stopped launched rank: rank 0 ends and takes the stopped rank with 
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30);
   CHECK(all_gone_within(dir, 5));
   CHECK_THAT(read_text(dir + "/worker.0.log"), Catch::Contains("rank 1 stopped answering"));
+}
+
+TEST_CASE("a port where something accepts but never answers ends the joining rank, saying so",
+          "[distributed][liveness]") {
+  // Another program on MASTER_PORT (or a rank 0 stopped before answering): the TCP connection
+  // succeeds and the first store request would wait in recv() for ever.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 16) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int port = ntohs(addr.sin_port);
+  std::mutex mu;
+  std::vector<int> accepted;
+  std::thread squatter([&] {
+    for (;;) {
+      const int c = ::accept(listener, nullptr, nullptr);
+      if (c < 0) return;  // the listener was shut down
+      std::lock_guard<std::mutex> lock(mu);
+      accepted.push_back(c);
+    }
+  });
+  std::string stuck;
+  volt::LivenessOptions o;
+  o.interval = std::chrono::milliseconds(100);
+  o.timeout = std::chrono::milliseconds(1000);
+  o.grace = std::chrono::milliseconds(500);
+  o.on_stuck = [&](const std::string& m) {
+    stuck = m;
+    std::lock_guard<std::mutex> lock(mu);
+    for (int c : accepted) ::shutdown(c, SHUT_RDWR);  // wakes the blocked request, as an exit would
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS(volt::PeerWatchdog("127.0.0.1", port, /*rank=*/1, /*world_size=*/2, o));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::shutdown(listener, SHUT_RDWR);
+  ::close(listener);
+  squatter.join();
+  for (int c : accepted) ::close(c);
+  CHECK_THAT(stuck, Catch::Contains("no rendezvous store answers at 127.0.0.1:" + std::to_string(port)) &&
+                        Catch::Contains("MASTER_PORT"));
+  CHECK(secs < 10);
 }

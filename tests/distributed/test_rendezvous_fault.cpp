@@ -4,10 +4,13 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "boring_model.h"
 #include "distributed/multi_rank.h"
+#include "volt/core/errors.h"
 #include "volt/distributed/cluster_env.h"
+#include "volt/distributed/rendezvous.h"
 
 using namespace volt::testing;
 
@@ -83,5 +86,23 @@ TEST_CASE(
       CHECK(read_text(dir + "/rank.0.log").find(c.expected) != std::string::npos);
       CHECK(no_worker_left(dir));
     }
+  }
+}
+
+TEST_CASE("rank 0 on a port in use says the port is taken and by whom it may be", "[distributed][fault]") {
+  const int port = volt::detail::find_free_port();
+  volt::ClusterEnv first;
+  first.rank = 0;
+  first.world_size = 2;
+  first.master_addr = "127.0.0.1";
+  first.port = port;
+  auto store = volt::detail::connect_store(first, std::chrono::seconds(5));  // this job's rank 0
+  // A second process given RANK=0 (or another job on the same MASTER_PORT).
+  try {
+    volt::detail::connect_store(first, std::chrono::seconds(5));
+    FAIL("a second store server on port " << port << " started");
+  } catch (const volt::DistributedError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(std::to_string(port)) && Catch::Contains("RANK=0") &&
+                             Catch::Contains("free MASTER_PORT"));
   }
 }

@@ -337,6 +337,7 @@ int64_t items_in_fit(bool progress_bar) {
   auto m = make_model<ChattyModel>(0);
   auto opts = quiet_options(temp_dir("log-items"));
   opts.log_every_n_steps = 1000;
+  opts.enable_progress_bar = progress_bar;
   std::vector<std::shared_ptr<Callback>> cbs;
   if (progress_bar) cbs.push_back(std::make_shared<ProgressBar>(/*refresh_rate=*/16));
   Trainer t(opts, cbs);

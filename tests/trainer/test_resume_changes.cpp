@@ -163,5 +163,5 @@ TEST_CASE("ckpt_path='best' is the first ModelCheckpoint's best_model_path, and 
              Contains("ckpt_path='best'") && Contains("best_model_path is empty") && Contains("Run fit first"));
   Trainer none(quiet_options(root));
   CHECK_THAT(checkpoint_error([&] { none.validate(*m, val, "best"); }),
-             Contains("ckpt_path='best'") && Contains("no ModelCheckpoint is configured"));
+             Contains("ckpt_path='best'") && Contains("has no ModelCheckpoint"));
 }

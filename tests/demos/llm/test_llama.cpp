@@ -231,6 +231,17 @@ TEST_CASE("Llama: impossible shapes name their config key", "[llm][model][config
   CHECK_THAT(bad([](LlamaLMOptions& o) { o.num_key_value_heads = 3; }), Catch::Contains("model.num_key_value_heads"));
   CHECK_THAT(bad([](LlamaLMOptions& o) { o.vocab_size = 0; }), Catch::Contains("model.vocab_size"));
   CHECK_THAT(bad([](LlamaLMOptions& o) { o.beta2 = 1.0; }), Catch::Contains("model.beta2"));
+  // A decay that would end before warm-up does: the lr would stay at its peak, min_lr_ratio unused.
+  for (int64_t decay : {2, 4})
+    CHECK_THAT(bad([&](LlamaLMOptions& o) {
+                 o.warmup_steps = 4;
+                 o.lr_decay_steps = decay;
+               }),
+               Catch::Contains("model.lr_decay_steps") && Catch::Contains("never start"));
+  CHECK(bad([](LlamaLMOptions& o) {
+          o.warmup_steps = 4;
+          o.lr_decay_steps = 5;
+        }).empty());
   CHECK_THAT(bad([](LlamaLMOptions& o) { o.hidden_size = 1 << 21; }), Catch::Contains("10^13"));
   CHECK_THAT(bad([](LlamaLMOptions& o) {
                o.hidden_size = 36;
