@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <sstream>
 
 #include "volt/core/files.h"
 #include "volt/trainer/trainer.h"
@@ -122,9 +123,16 @@ fs::path normalized(const std::string& p) {
   return n.has_filename() ? n : n.parent_path();  // "ckpts/" is "ckpts"
 }
 
+/// `p` with its symbolic links resolved where they exist, so that one folder has one spelling.
+fs::path resolved(const std::string& p) {
+  std::error_code ec;
+  const fs::path r = fs::weakly_canonical(normalized(p), ec);
+  return ec ? normalized(p) : r;
+}
+
 /// Whether `path` lies inside the folder `dir` (a filename may hold folders: "{val/loss}").
 bool inside(const std::string& path, const std::string& dir) {
-  const fs::path rel = normalized(path).lexically_relative(normalized(dir));
+  const fs::path rel = resolved(path).lexically_relative(resolved(dir));
   return !rel.empty() && *rel.begin() != ".." && rel != ".";
 }
 
@@ -141,18 +149,28 @@ bool removable(const Trainer& t, const std::string& previous, const std::string&
 
 /// Drops the top-k entries of another folder (restored from a checkpoint another run wrote, as
 /// Lightning does when the dirpath changed): they neither count against this run's k nor get
-/// removed by it. Says so once, on rank 0.
-void drop_foreign(std::map<std::string, double>& best_k, const std::string& dir, bool rank0) {
-  std::vector<std::string> foreign;
-  for (const auto& [path, score] : best_k)
-    if (!inside(path, dir)) foreign.push_back(path);
+/// removed by it. Rank 0 decides for every rank (paths resolve against each process's folder), and
+/// says so once.
+void drop_foreign(Trainer& t, std::map<std::string, double>& best_k, const std::string& dir) {
+  if (best_k.empty()) return;  // alike on every rank: restored from one checkpoint, updated together
+  std::string foreign;         // one path a line
+  if (t.is_global_zero())
+    for (const auto& [path, score] : best_k)
+      if (!inside(path, dir)) foreign += path + "\n";
+  foreign = from_rank0(t, foreign);
   if (foreign.empty()) return;
-  for (const auto& p : foreign) best_k.erase(p);
-  if (rank0)
+  std::istringstream lines(foreign);
+  int64_t n = 0;
+  std::string first;
+  for (std::string p; std::getline(lines, p); ++n) {
+    if (first.empty()) first = p;
+    best_k.erase(p);
+  }
+  if (t.is_global_zero())
     spdlog::warn(
         "ModelCheckpoint: the resumed checkpoint's top {} came from another folder ('{}'); they stay there "
         "untouched, and this run keeps its own top k in '{}'",
-        foreign.size(), normalized(foreign.front()).parent_path().string(), dir);
+        n, normalized(first).parent_path().string(), dir);
 }
 }  // namespace
 
@@ -164,7 +182,7 @@ void ModelCheckpoint::write(Trainer& t, const std::string& path) {
 void ModelCheckpoint::save_topk(Trainer& t) {
   if (options_.save_top_k == 0) return;
   const std::string folder = dir(t);
-  drop_foreign(best_k_, folder, t.is_global_zero());
+  drop_foreign(t, best_k_, folder);
   if (options_.monitor.empty()) {
     // No monitor: keep the latest only (save_top_k 1) or all (-1).
     const std::string path = free_path(t, format_name(t), best_model_path_);

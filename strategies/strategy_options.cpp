@@ -83,9 +83,12 @@ StrategyOptions YamlCodec<StrategyOptions>::decode(const YAML::Node& n, const st
   if (n.IsScalar()) return StrategyOptions(n.Scalar());
   if (!n.IsMap()) type_error(key, "a strategy name or a map with 'name'", n);
   StrategyOptions o;
-  YAML::Node body = n;
-  // LightningCLI form: {class_path: lightning.pytorch.strategies.FSDPStrategy, init_args: {...}}
-  if (n["class_path"]) {
+  // LightningCLI form: {class_path: lightning.pytorch.strategies.FSDPStrategy, init_args: {...}}.
+  // (A fresh handle for the body: assigning one yaml-cpp node to another rewrites the node the
+  // first one shared, here the caller's strategy map.)
+  const bool class_form = static_cast<bool>(n["class_path"]);
+  const YAML::Node body = !class_form ? n : n["init_args"] ? n["init_args"] : YAML::Node(YAML::NodeType::Map);
+  if (class_form) {
     std::string cp = n["class_path"].as<std::string>();
     std::string cls = cp.substr(cp.rfind('.') + 1);
     static const std::map<std::string, std::string> by_class = {
@@ -98,7 +101,6 @@ StrategyOptions YamlCodec<StrategyOptions>::decode(const YAML::Node& n, const st
       VOLT_CHECK(k == "class_path" || k == "init_args", ConfigError, "unknown config key '", key, ".", k, "'");
     }
     o.name = it->second;
-    body = n["init_args"] ? n["init_args"] : YAML::Node(YAML::NodeType::Map);
   } else {
     VOLT_CHECK(n["name"], ConfigError, "config key '", key, "': a strategy map needs 'name' (ddp, fsdp, ...)");
     o.name = YamlCodec<std::string>::decode(n["name"], key + ".name");
@@ -110,7 +112,8 @@ StrategyOptions YamlCodec<StrategyOptions>::decode(const YAML::Node& n, const st
     o.ddp.visit(r);
   } else if (nm == "fsdp" || nm == "fsdp_cpu_offload") {
     o.fsdp.visit(r);
-    VOLT_CHECK(nm != "fsdp_cpu_offload" || !body["cpu_offload"] || o.fsdp.cpu_offload, ConfigError, "config key '", key,
+    VOLT_CHECK(nm != "fsdp_cpu_offload" || !body["cpu_offload"].IsDefined() || o.fsdp.cpu_offload, ConfigError,
+               "config key '", key,
                ".cpu_offload': false contradicts the strategy's name fsdp_cpu_offload (which offloads); name it "
                "fsdp to train without offloading");
   } else {

@@ -192,18 +192,22 @@ void Trainer::add_default_callbacks(const std::string& stage) {
   VOLT_CHECK(bars == 0 || options_.enable_progress_bar, ConfigError,
              "config key 'trainer.enable_progress_bar' is false, but trainer.callbacks holds a ProgressBar; remove "
              "one of them");
-  const bool lr_monitor =
-      stage == "fit" && has(static_cast<LearningRateMonitor*>(nullptr));  // Lightning: on_train_start
-  const bool stats_monitor = has(static_cast<DeviceStatsMonitor*>(nullptr));
-  bool logging = true;
-  if (lr_monitor || stats_monitor) {
-    // fast_dev_run logs nowhere on purpose (Lightning's DummyLogger; validated() turned the logger
-    // off): not a misconfiguration. Rank 0 decides for all: ranks other than 0 drop their loggers at
-    // their first set-up, and a later stage must not see them differently.
-    const bool mine = options_.fast_dev_run || (loggers_given_ ? !loggers_.empty() : bool(options_.logger));
-    logging = strategy_->world_size() == 1
-                  ? mine
-                  : strategy_->broadcast(torch::tensor({mine ? 1.0 : 0.0}, torch::kDouble), 0).item<double>() > 0.5;
+  // Both monitors act in fit only (Lightning checks them in on_train_start, and setup for "fit").
+  bool lr_monitor = stage == "fit" && has(static_cast<LearningRateMonitor*>(nullptr));
+  bool stats_monitor = stage == "fit" && has(static_cast<DeviceStatsMonitor*>(nullptr));
+  // fast_dev_run logs nowhere on purpose (Lightning's DummyLogger; validated() turned the logger
+  // off): not a misconfiguration.
+  bool logging = options_.fast_dev_run || (loggers_given_ ? !loggers_.empty() : bool(options_.logger));
+  if (strategy_->world_size() > 1) {
+    // One collective on every rank, whatever its callbacks: ranks other than 0 drop their loggers at
+    // their first set-up (rank 0's view decides), and a monitor given to one rank alone counts too.
+    const torch::Tensor any = strategy_->all_reduce(torch::tensor({strategy_->is_global_zero() && !logging ? 1.0 : 0.0,
+                                                                   lr_monitor ? 1.0 : 0.0, stats_monitor ? 1.0 : 0.0},
+                                                                  torch::kDouble),
+                                                    ReduceOp::Max);
+    logging = any[0].item<double>() == 0.0;
+    lr_monitor = any[1].item<double>() > 0.0;
+    stats_monitor = any[2].item<double>() > 0.0;
   }
   VOLT_CHECK(logging || !lr_monitor, ConfigError,
              "trainer.callbacks holds a LearningRateMonitor, but trainer.logger is off: what it logs would go "

@@ -256,6 +256,18 @@ trainer:
     auto bare = parse_trainer("trainer:\n  strategy:\n    class_path: SingleDeviceStrategy\n");
     CHECK(bare.strategy.name == "single_device");
 
+    // Decoding leaves the caller's tree as it was (yaml-cpp nodes are handles: assigning one to
+    // another rewrote the strategy map into its init_args).
+    const YAML::Node tree =
+        YAML::Load("{class_path: lightning.pytorch.strategies.DDPStrategy, init_args: {bucket_cap_mb: 50}}");
+    const std::string before = YAML::Dump(tree);
+    CHECK(volt::detail::YamlCodec<StrategyOptions>::decode(tree, "trainer.strategy").name == "ddp");
+    CHECK(YAML::Dump(tree) == before);
+    const YAML::Node named = YAML::Load("{name: fsdp_cpu_offload}");
+    volt::detail::YamlCodec<StrategyOptions>::decode(named, "trainer.strategy");
+    CHECK_FALSE(named["cpu_offload"]);  // no entry added by a lookup
+    CHECK(named.size() == 1);
+
     CHECK_THAT(
         config_error([] {
           parse_trainer("trainer:\n  strategy:\n    class_path: lightning.pytorch.strategies.DeepSpeedStrategy\n");
