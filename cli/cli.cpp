@@ -228,8 +228,6 @@ YAML::Node CLI::load(const std::vector<std::string>& config_files, const std::ve
       const std::string key = kv.first.Scalar();
       if (key == "model" || key == "data") {
         detail::merge_class_section(root, key, kv.second);
-      } else if (key == "trainer" && kv.second.IsNull()) {
-        continue;  // `trainer:` with every key commented out adds nothing (merged, it would drop them all)
       } else {
         YAML::Node one(YAML::NodeType::Map);
         one[key] = kv.second;

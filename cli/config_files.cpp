@@ -59,10 +59,16 @@ void check_unique_keys(const YAML::Node& n, const std::string& where, const std:
 }  // namespace
 
 YAML::Node read_config_file(const std::string& path) {
-  const YAML::Node file = load_yaml(read_config_text(path), "config file '" + path + "'");
+  YAML::Node file = load_yaml(read_config_text(path), "config file '" + path + "'");
   if (file.IsNull()) return file;
   VOLT_CHECK(file.IsMap(), ConfigError, "config file '", path, "': the top level must be a map");
   check_unique_keys(file, path, "");
+  // An empty section (`trainer:` with every key commented out) sets nothing; merged over an earlier
+  // file, it would drop every key that file set.
+  for (const char* section : {"trainer", "model", "data"}) {
+    const YAML::Node& f = file;  // a const lookup adds no entry
+    if (f[section] && f[section].IsNull()) file.remove(section);
+  }
   return file;
 }
 
@@ -84,15 +90,8 @@ namespace cli {
 YAML::Node load_configs(const std::vector<std::string>& paths, const std::vector<std::string>& overrides) {
   YAML::Node root(YAML::NodeType::Map);
   for (const auto& path : paths) {
-    YAML::Node file = detail::read_config_file(path);
-    if (file.IsNull()) continue;
-    // An empty section (`trainer:` with every key commented out) adds nothing; merged, it would
-    // replace what earlier files set.
-    for (const char* section : {"trainer", "model", "data"}) {
-      const YAML::Node& f = file;
-      if (f[section] && f[section].IsNull()) file.remove(section);
-    }
-    detail::merge_yaml(root, file);
+    const YAML::Node file = detail::read_config_file(path);
+    if (!file.IsNull()) detail::merge_yaml(root, file);
   }
   for (const auto& o : overrides) {
     const auto eq = o.find('=');

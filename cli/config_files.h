@@ -6,8 +6,9 @@
 
 namespace volt::detail {
 
-/// A config file's top-level map (null for an empty file). Errors name the file: missing, a folder,
-/// unreadable, not YAML, not a map, a key given twice.
+/// A config file's top-level map (null for an empty file), without its empty sections (`trainer:`
+/// with every key commented out). Errors name the file: missing, a folder, unreadable, not YAML,
+/// not a map, a key given twice.
 YAML::Node read_config_file(const std::string& path);
 /// `over` merged into `base`: maps key by key, anything else replaced (LightningCLI's order).
 void merge_yaml(YAML::Node base, const YAML::Node& over);
