@@ -1,14 +1,17 @@
 // The LLM's elementwise layers, Hugging Face's form against volt's, forward + backward side by side
 // in one process: rotary embeddings on q and k (rotate_half, five kernels forward, against
-// demos/llm/rotary.h's two) and the loss (F.cross_entropy(logits.float()) against
-// demos/llm/token_cross_entropy.h). Prints a table: median ms of forward + backward and, on a GPU,
-// the peak memory above what was allocated before (the memory each form needs).
+// demos/llm/rotary.h's two), SwiGLU (silu(gate) * up against demos/llm/swiglu.h, with its
+// runtime-compiled kernels on a GPU where the build has them) and the loss
+// (F.cross_entropy(logits.float()) against demos/llm/token_cross_entropy.h). Prints a table: median ms of forward +
+// backward and, on a GPU, the peak memory above what was allocated before (the memory each form needs).
 //
 // Usage: bench_llm_ops [--device cpu|cuda] [--dtype float|bf16] [--batch 8]
 //                      [--block 2048 on cuda, 256 on cpu] [--heads 16] [--kv_heads 8]
-//                      [--head_dim 128] [--vocab 32000] [--steps 10] [--warmup 3]
+//                      [--head_dim 128] [--intermediate 8192] [--vocab 32000] [--steps 10]
+//                      [--warmup 3]
 // The defaults are the GPU benchmark's Llama (scripts/gpu.sh llm): 8 x 2048 tokens (8 x 256 on the
-// CPU, docs/gpu.md's CPU rows), 16 heads of 128, 8 kv heads, vocabulary 32,000.
+// CPU, docs/gpu.md's CPU rows), 16 heads of 128, 8 kv heads, intermediate size 8192, vocabulary
+// 32,000.
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -22,21 +25,24 @@
 #include "bench_util.h"
 #include "volt/core/compat.h"
 #include "volt/demos/llm/rotary.h"
+#include "volt/demos/llm/swiglu.h"
 #include "volt/demos/llm/token_cross_entropy.h"
 
 namespace {
 
 struct Args {
   std::string device = "cpu", dtype = "float";
-  int64_t batch = 8, block = 0, heads = 16, kv_heads = 8, head_dim = 128, vocab = 32000, steps = 10, warmup = 3;
+  int64_t batch = 8, block = 0, heads = 16, kv_heads = 8, head_dim = 128, intermediate = 8192, vocab = 32000,
+          steps = 10, warmup = 3;
 };
 
 Args parse(int argc, char** argv) {
   Args a;
   const std::map<std::string, std::string*> words = {{"--device", &a.device}, {"--dtype", &a.dtype}};
   const std::map<std::string, int64_t*> numbers = {
-      {"--batch", &a.batch},       {"--block", &a.block}, {"--heads", &a.heads}, {"--kv_heads", &a.kv_heads},
-      {"--head_dim", &a.head_dim}, {"--vocab", &a.vocab}, {"--steps", &a.steps}, {"--warmup", &a.warmup}};
+      {"--batch", &a.batch},       {"--block", &a.block},       {"--heads", &a.heads},
+      {"--kv_heads", &a.kv_heads}, {"--head_dim", &a.head_dim}, {"--intermediate", &a.intermediate},
+      {"--vocab", &a.vocab},       {"--steps", &a.steps},       {"--warmup", &a.warmup}};
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
@@ -58,7 +64,7 @@ Args parse(int argc, char** argv) {
   if (a.block == 0) a.block = a.device == "cuda" ? 2048 : 256;
   if (a.dtype != "float" && a.dtype != "bf16") throw std::invalid_argument("--dtype: float or bf16");
   if (a.steps < 1 || a.warmup < 0 || a.head_dim < 2 || a.head_dim % 2 != 0 || a.batch < 1 || a.block < 0 ||
-      a.heads < 1 || a.kv_heads < 1 || a.vocab < 1)
+      a.heads < 1 || a.kv_heads < 1 || a.vocab < 1 || a.intermediate < 1)
     throw std::invalid_argument("sizes and --steps must be positive, --warmup >= 0 and --head_dim even");
   return a;
 }
@@ -141,6 +147,24 @@ int main(int argc, char** argv) {
     clear();
   }));
   q = k = torch::Tensor();
+  // SwiGLU on gate and up [N, intermediate] as the projections give them.
+  auto gate = torch::randn({n, a.intermediate}, opts).requires_grad_(true);
+  auto up = torch::randn({n, a.intermediate}, opts).requires_grad_(true);
+  const auto gs = torch::randn(gate.sizes(), opts);
+  auto clear_mlp = [&] {
+    gate.mutable_grad() = torch::Tensor();
+    up.mutable_grad() = torch::Tensor();
+  };
+  rows.push_back(measure("SwiGLU, Hugging Face (silu(gate) * up)", a, [&] {
+    (torch::silu(gate) * up).backward(gs);
+    clear_mlp();
+  }));
+  const bool fused = volt::demos::swiglu_kernels_work(gate, up);
+  rows.push_back(measure(fused ? "SwiGLU, volt (compiled kernels)" : "SwiGLU, volt (ATen, inputs kept)", a, [&] {
+    volt::demos::swiglu(gate, up, fused).backward(gs);
+    clear_mlp();
+  }));
+  gate = up = torch::Tensor();
   // The loss over logits [N, V] as lm_head gives them.
   auto logits = torch::randn({n, a.vocab}, opts).requires_grad_(true);
   const auto labels = torch::randint(0, a.vocab, {n}, opts.dtype(torch::kLong));
@@ -156,10 +180,11 @@ int main(int argc, char** argv) {
   }));
   std::printf(
       "\nLLM elementwise layers, forward + backward (%s, %s; %lld x %lld tokens, %lld/%lld heads of %lld, "
-      "vocabulary %lld; median of %lld after %lld)\n\n",
+      "intermediate size %lld, vocabulary %lld; median of %lld after %lld)\n\n",
       a.device.c_str(), a.dtype.c_str(), static_cast<long long>(a.batch), static_cast<long long>(a.block),
       static_cast<long long>(a.heads), static_cast<long long>(a.kv_heads), static_cast<long long>(a.head_dim),
-      static_cast<long long>(a.vocab), static_cast<long long>(a.steps), static_cast<long long>(a.warmup));
+      static_cast<long long>(a.intermediate), static_cast<long long>(a.vocab), static_cast<long long>(a.steps),
+      static_cast<long long>(a.warmup));
   std::printf("| layer, form | ms | vs Hugging Face | peak memory above inputs (MB) |\n| --- | --- | --- | --- |\n");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];

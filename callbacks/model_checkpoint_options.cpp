@@ -1,5 +1,6 @@
 #include "volt/callbacks/model_checkpoint_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -45,11 +46,38 @@ TimeInterval YamlCodec<TimeInterval>::decode(const YAML::Node& n, const std::str
 }
 }  // namespace detail
 
+namespace {
+// A name the file system refuses (a component over NAME_MAX, 255 bytes on Linux) would otherwise
+// fail at the first save, after the first epoch. The shortest name the template can give: every
+// field at 0 ("0" or "0.0000" by its spec), plus ".ckpt" and the longest suffix a save adds to the
+// last component while it writes (".removed.partial", a sharded checkpoint being removed).
+void check_name_lengths(const std::string& filename, bool auto_insert_metric_name) {
+  constexpr size_t kNameMax = 255, kSuffixes = 5 + 16;
+  std::map<std::string, double> zeros;
+  static const std::regex key(R"(\{([A-Za-z0-9_/]+)(:[^}]*)?\})");
+  for (auto it = std::sregex_iterator(filename.begin(), filename.end(), key); it != std::sregex_iterator(); ++it)
+    zeros[(*it)[1]] = 0.0;
+  const std::string shortest = detail::format_checkpoint_name(filename, auto_insert_metric_name, 0, 0, zeros);
+  size_t start = 0;
+  while (start <= shortest.size()) {
+    const size_t slash = std::min(shortest.find('/', start), shortest.size());
+    const bool last = slash == shortest.size();
+    const size_t length = slash - start + (last ? kSuffixes : 0);
+    VOLT_CHECK(length <= kNameMax, ConfigError, "ModelCheckpoint.filename: its names have at least ", slash - start,
+               " bytes in ", last ? "their last part" : "a folder part", " ('", shortest.substr(start, slash - start),
+               "'), more than the ", last ? kNameMax - kSuffixes : kNameMax,
+               " a file system takes there with the suffixes a save adds; shorten it");
+    start = slash + 1;
+  }
+}
+}  // namespace
+
 void ModelCheckpointOptions::validate() const {
   VOLT_CHECK(!filename.empty(), ConfigError,
              "ModelCheckpoint.filename: must not be empty (it would write hidden '.ckpt' files); leave it at "
              "'{epoch}-{step}' or name the checkpoints");
   detail::check_checkpoint_filename(filename);
+  check_name_lengths(filename, auto_insert_metric_name);
   VOLT_CHECK(mode == "min" || mode == "max", ConfigError, "ModelCheckpoint.mode: expected 'min' or 'max', got '", mode,
              "'");
   VOLT_CHECK(save_top_k >= -1, ConfigError, "ModelCheckpoint.save_top_k: must be >= -1, got ", save_top_k);

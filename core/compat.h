@@ -379,3 +379,26 @@ class CudaGraph {
   std::unique_ptr<Impl> impl_;
 };
 }  // namespace volt::compat
+
+namespace volt::compat {
+/// Elementwise CUDA kernels compiled at run time by NVRTC through ATen's jiterator (the mechanism
+/// behind torch.cuda.jiterator): CUDA builds of LibTorch 2.1 or newer whose jiterator header
+/// compiles with volt's call (VOLT_JITERATOR: CMakeLists.txt probes it).
+#if defined(VOLT_WITH_CUDA) && defined(VOLT_JITERATOR) && VOLT_TORCH_AT_LEAST(2, 1)
+#define VOLT_HAVE_JITERATOR 1
+#else
+#define VOLT_HAVE_JITERATOR 0
+#endif
+inline constexpr bool kJitElementwise = VOLT_HAVE_JITERATOR;
+
+/// Runs `code`, the source of a function template `name` over one type T, elementwise over
+/// `inputs` (CUDA tensors that broadcast together, promoted to their common dtype) and returns
+/// `num_outputs` new tensors of that dtype. T is the common dtype's math type (float for bf16, fp16
+/// and fp32): `T name(T a, T b)` for one output, `void name(T a, T b, T& out0, T& out1)` for more.
+/// Compiled at its first call for each dtype and device, then cached by ATen (NVRTC; on disk under
+/// ~/.cache/torch/kernels unless USE_PYTORCH_KERNEL_CACHE=0). Throws a c10::Error when the kernel
+/// cannot be compiled or launched, and always where kJitElementwise is false. Defined in
+/// core/jit_elementwise.cpp. Thread-safe (ATen locks its kernel cache).
+std::vector<at::Tensor> jit_elementwise(const std::string& code, const std::string& name, int num_outputs,
+                                        const std::vector<at::Tensor>& inputs);
+}  // namespace volt::compat

@@ -52,6 +52,17 @@ void flush_before_save(Logger* logger) {
   }
 }
 
+/// Lightning refuses this pair at construction (the flag would be overruled): the Trainer's own
+/// callbacks, not those a module's configure_callbacks() adds later. fast_dev_run turns
+/// checkpointing off itself and keeps the callback, which saves nothing then.
+void check_callbacks(const TrainerOptions& o, const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  if (o.enable_checkpointing || o.fast_dev_run) return;
+  for (const auto& c : callbacks)
+    VOLT_CHECK(!dynamic_cast<const ModelCheckpoint*>(c.get()), ConfigError,
+               "config key 'trainer.enable_checkpointing' is false, but trainer.callbacks holds a ModelCheckpoint; "
+               "set enable_checkpointing: true to save with it, or remove the callback");
+}
+
 std::unique_ptr<Strategy> non_null(std::unique_ptr<Strategy> s) {
   VOLT_CHECK(s != nullptr, ConfigError, "Trainer: strategy is null");
   return s;
@@ -60,6 +71,7 @@ std::unique_ptr<Strategy> non_null(std::unique_ptr<Strategy> s) {
 
 Trainer::Trainer(TrainerOptions options, std::vector<std::shared_ptr<Callback>> callbacks)
     : options_(validated(std::move(options))), strategy_(make_strategy(options_)), callbacks_(std::move(callbacks)) {
+  check_callbacks(options_, callbacks_);
   init_profiler();
 }
 
@@ -68,6 +80,7 @@ Trainer::Trainer(TrainerOptions options, std::unique_ptr<Strategy> strategy,
     : options_(validated(std::move(options))),
       strategy_(non_null(std::move(strategy))),
       callbacks_(std::move(callbacks)) {
+  check_callbacks(options_, callbacks_);
   init_profiler();
 }
 
@@ -224,6 +237,12 @@ void Trainer::add_default_callbacks(const std::string& stage) {
     to.duration = options_.max_time;
     callbacks_.push_back(std::make_shared<Timer>(to));
   }
+  // Lightning's rule: an unset max_epochs is 1000 only when neither max_steps nor a Timer bounds the fit.
+  // A Timer without a duration only measures: it bounds nothing.
+  bool timed = false;
+  for (auto& c : callbacks_)
+    if (auto* timer = dynamic_cast<Timer*>(c.get())) timed = timed || timer->options().duration.has_value();
+  if (stage == "fit" && !options_.max_epochs && timed) options_.max_epochs = -1;
   if (stage == "fit" && options_.enable_checkpointing && !has(static_cast<ModelCheckpoint*>(nullptr))) {
     ModelCheckpointOptions mc;
     mc.save_last = true;  // volt default: ckpt_path "last" always has something to resume from

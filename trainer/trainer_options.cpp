@@ -128,7 +128,7 @@ YAML::Node YamlCodec<FastDevRun>::encode(const FastDevRun& v) {
 
 int64_t TrainerOptions::effective_max_epochs() const {
   if (max_epochs) return *max_epochs >= 0 ? *max_epochs : std::numeric_limits<int64_t>::max();
-  return max_steps == -1 ? 1000 : std::numeric_limits<int64_t>::max();
+  return max_steps == -1 && !max_time ? 1000 : std::numeric_limits<int64_t>::max();
 }
 
 }  // namespace volt

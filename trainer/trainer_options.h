@@ -78,8 +78,8 @@ struct TrainerOptions {
   int64_t max_restarts = 0;
   StrategyOptions strategy;
   std::string precision = "32-true";
-  /// Lightning's: unset, 1000 when max_steps is -1 too, else unlimited; -1: unlimited (train until
-  /// max_steps, max_time or a stop).
+  /// Lightning's: unset, 1000 when max_steps is -1 and no max_time or Timer callback bounds the fit,
+  /// else unlimited; -1: unlimited (train until max_steps, max_time or a stop).
   std::optional<int64_t> max_epochs;
   int64_t max_steps = -1;
   /// Training runs at least this many epochs / optimizer steps even when a callback (EarlyStopping)

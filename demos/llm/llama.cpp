@@ -8,6 +8,7 @@
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/demos/llm/rotary.h"
+#include "volt/demos/llm/swiglu.h"
 #include "volt/profiler/model_flops.h"
 
 namespace volt::demos {
@@ -162,7 +163,12 @@ LlamaMLP::LlamaMLP(int64_t dim, int64_t hidden) {
   down_proj = register_module("down_proj", linear(hidden, dim));
 }
 
-torch::Tensor LlamaMLP::forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+torch::Tensor LlamaMLP::forward(const torch::Tensor& x) {
+  const auto gate = gate_proj(x), up = up_proj(x);
+  if (kernels_ == Kernels::Unchecked && gate.is_cuda())
+    kernels_ = swiglu_kernels_work(gate, up) ? Kernels::Fused : Kernels::Aten;
+  return down_proj(swiglu(gate, up, kernels_ == Kernels::Fused));
+}
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaOptions& o) {
   self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(o));

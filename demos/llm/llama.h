@@ -103,8 +103,14 @@ class LlamaAttention : public torch::nn::Module {
 class LlamaMLP : public torch::nn::Module {
  public:
   LlamaMLP(int64_t dim, int64_t hidden);
+  /// down_proj(swiglu(gate_proj(x), up_proj(x))): demos/llm/swiglu.h. Its first CUDA call checks
+  /// whether the runtime-compiled SwiGLU kernels run here and uses them from then on if they do.
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  enum class Kernels { Unchecked, Fused, Aten };
+  Kernels kernels_ = Kernels::Unchecked;
 };
 
 /// One pre-norm block: the unit FSDP shards and activation checkpointing recomputes.

@@ -151,6 +151,7 @@ TEST_CASE("BackboneFinetuning: a fit resumed after the unfreeze rebuilds the par
     auto model = std::make_shared<BackboneModel>(0.01);
     auto o = quiet_options(dir);
     o.max_epochs = max_epochs;
+    o.enable_checkpointing = save;  // the ModelCheckpoint below needs it on
     BackboneFinetuningOptions bo;
     bo.unfreeze_backbone_at_epoch = 1;
     std::vector<std::shared_ptr<Callback>> cbs{std::make_shared<BackboneFinetuning>(bo)};

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "boring_model.h"
+#include "error_capture.h"
 #include "volt/callbacks/early_stopping.h"
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
@@ -305,6 +306,26 @@ TEST_CASE("ModelCheckpoint applies format specs in the filename, as Lightning's"
   auto train = make_loader(), val = make_loader(16);
   t.fit(*m, train, &val);
   CHECK(listing(root + "/checkpoints") == std::set<std::string>{"epoch=00-val_loss=0.50.ckpt"});
+}
+
+TEST_CASE("ModelCheckpoint refuses at construction a filename whose names no file system takes",
+          "[callbacks][model_checkpoint]") {
+  auto make = [](const std::string& filename, bool auto_insert = true) {
+    ModelCheckpointOptions mo;
+    mo.filename = filename;
+    mo.auto_insert_metric_name = auto_insert;
+    return ModelCheckpoint(mo);
+  };
+  // 234 bytes and ".ckpt" with the longest suffix a save adds fit in 255; one more does not.
+  CHECK_NOTHROW(make(std::string(234, 'a')));
+  CHECK_THAT(config_error([&] { make(std::string(235, 'a')); }),
+             Contains("ModelCheckpoint.filename") && Contains("235 bytes"));
+  // Fields count at their shortest: "epoch=0" is 7 bytes, "0" without the metric name.
+  CHECK_THAT(config_error([&] { make("{epoch}" + std::string(228, 'a')); }), Contains("235 bytes"));
+  CHECK_NOTHROW(make("{epoch}" + std::string(228, 'a'), false));
+  // A folder part has the whole 255.
+  CHECK_NOTHROW(make(std::string(255, 'd') + "/{epoch}"));
+  CHECK_THAT(config_error([&] { make(std::string(256, 'd') + "/{epoch}"); }), Contains("a folder part"));
 }
 
 TEST_CASE("EarlyStopping stops after patience checks without improvement", "[callbacks][early_stopping]") {

@@ -13,6 +13,7 @@ TEST_CASE("a resumed fit keeps the checkpoint it resumed from", "[model_checkpoi
   namespace fs = std::filesystem;
   const std::string root = temp_dir("mc-resumed-kept");
   auto opts = quiet_options(root);
+  opts.enable_checkpointing = true;
   opts.limit_train_batches = BatchLimit::count(2);
   auto dl = make_loader();
   auto run = [&](int64_t epochs, const std::string& ckpt) {
@@ -40,6 +41,7 @@ TEST_CASE("a fit resumed into another folder leaves the first run's checkpoints 
   auto dl = make_loader();
   auto run = [&](const std::string& root, int64_t steps, const std::string& ckpt, ModelCheckpointOptions mo) {
     auto opts = quiet_options(root);
+    opts.enable_checkpointing = true;
     opts.max_epochs = -1;
     opts.max_steps = steps;
     mo.every_n_train_steps = 2;

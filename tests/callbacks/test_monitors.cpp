@@ -243,6 +243,27 @@ TEST_CASE("max_time stops fit at the step after the time is spent, and a resume 
   CHECK(model2->train_batches.size() <= 1);
 }
 
+TEST_CASE("An unset max_epochs has no limit when max_time or a Timer bounds the fit, as Lightning", "[monitors]") {
+  TrainerOptions o;
+  CHECK(o.effective_max_epochs() == 1000);
+  o.max_time = Duration(60);
+  CHECK(o.effective_max_epochs() == std::numeric_limits<int64_t>::max());
+  // A Timer of the user's lifts the 1000-epoch default too: one-batch epochs run until it stops them.
+  auto model = make_model<CountingModel>(1, /*sleep_ms=*/1);
+  DataLoader train = make_loader(8, 8);
+  TrainerOptions q = quiet_options(temp_dir("timer_epochs"));
+  q.max_epochs.reset();
+  TimerOptions to;
+  to.duration = Duration(0.3);
+  to.verbose = false;
+  Trainer trainer(q, {std::make_shared<Timer>(to)});
+  CHECK(trainer.max_epochs() == 1000);
+  trainer.fit(*model, train);
+  CHECK(trainer.max_epochs() == std::numeric_limits<int64_t>::max());
+  CHECK(trainer.should_stop);
+  CHECK(trainer.current_epoch() >= 1);
+}
+
 TEST_CASE("fast_dev_run runs n batches of each loop and writes no checkpoint or log", "[monitors]") {
   const std::string root = temp_dir("fast_dev_run");
   auto model = make_model<CountingModel>(1);

@@ -107,6 +107,21 @@ TEST_CASE("Callbacks that would do nothing or contradict the Trainer's options a
   o.fast_dev_run = true;  // logs nowhere on purpose (DummyLogger): not a misconfiguration
   o.logger = true;
   CHECK_NOTHROW(fit(o, {std::make_shared<LearningRateMonitor>()}));
+  // enable_checkpointing: false beside a ModelCheckpoint (Lightning raises too). fast_dev_run turns
+  // checkpointing off itself and keeps the callback, which saves nothing then.
+  CHECK_NOTHROW(fit(o, {std::make_shared<ModelCheckpoint>()}));
+  o.fast_dev_run = false;
+  CHECK_THAT(run(o, {std::make_shared<ModelCheckpoint>()}),
+             Contains("trainer.enable_checkpointing") && Contains("ModelCheckpoint"));
+  CHECK_THAT(config_error([&] {
+               Trainer t(o, {std::make_shared<ModelCheckpoint>()});
+               auto m = make_model(0);
+               auto val = make_loader(8, 8);
+               t.validate(*m, val);
+             }),
+             Contains("trainer.enable_checkpointing"));
+  o.enable_checkpointing = true;
+  CHECK_NOTHROW(fit(o, {std::make_shared<ModelCheckpoint>()}));
   // The Trainer's options refuse a plugin given twice.
   TrainerOptions twice;
   twice.plugins = {"AsyncCheckpointIO", "AsyncCheckpointIO"};

@@ -383,6 +383,7 @@ TEST_CASE("weight averaging: a fit resumed mid-epoch or at an epoch's last batch
         mo.auto_insert_metric_name = false;
         mo.enable_version_counter = false;
         auto o = quiet_options(dir);
+        o.enable_checkpointing = true;
         o.max_epochs = 3;
         // The averaging callback before ModelCheckpoint: a step's checkpoint holds its update.
         Trainer trainer(o, {c.make(), std::make_shared<ModelCheckpoint>(mo)});

@@ -120,6 +120,7 @@ TEST_CASE("weight averaging: a multi-rank fit stopped mid-epoch and resumed ends
       const Run whole = run_ok(kv, dir);
 
       kv["trainer.default_root_dir"] = dir + "/part";
+      kv["trainer.enable_checkpointing"] = "true";
       kv["checkpoint_every_n_train_steps"] = std::to_string(c.stop);
       kv["trainer.max_steps"] = std::to_string(c.stop);
       const Run part = run_ok(kv, dir);

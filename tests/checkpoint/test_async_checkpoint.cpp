@@ -79,6 +79,7 @@ std::map<std::string, std::string> resume_kv(const std::string& root, const std:
   kv["trainer.strategy"] = strategy;
   kv["trainer.devices"] = std::to_string(world);
   kv["batch_size"] = std::to_string(8 / world);
+  kv["trainer.enable_checkpointing"] = "true";
   kv["checkpoint_every_n_train_steps"] = "2";
   return kv;
 }

@@ -122,6 +122,7 @@ TEST_CASE(
       kv["trainer.devices"] = "2";
       kv["batch_size"] = "4";
       kv["trainer.max_steps"] = "4";
+      kv["trainer.enable_checkpointing"] = "true";
       kv["checkpoint_every_n_train_steps"] = "2";
       kv["hook_tensors"] = marks;
       REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir) == 0);
@@ -165,6 +166,7 @@ TEST_CASE("hook tensors: a rank whose tensors differ fails the save on every ran
       kv["trainer.devices"] = "2";
       kv["batch_size"] = "4";
       kv["trainer.max_steps"] = "4";
+      kv["trainer.enable_checkpointing"] = "true";
       kv["checkpoint_every_n_train_steps"] = "2";
       kv["hook_tensors"] = dir;
       kv["hook_tensors_mismatch_rank"] = "1";

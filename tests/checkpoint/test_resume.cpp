@@ -82,6 +82,7 @@ TEST_CASE(
       REQUIRE(whole.global_step == 16);
 
       auto kv = resume_kv(dir + "/part", c.strategy, c.world);
+      kv["trainer.enable_checkpointing"] = "true";
       kv["checkpoint_every_n_train_steps"] = c.stop == "sigkill" ? "2" : "3";
       int64_t resumed_at = 5;
       if (c.stop == "sigkill") {
@@ -137,6 +138,7 @@ TEST_CASE("a sharded FSDP checkpoint reshards: other world sizes, wrap policies 
   };
   const WorkerResult whole = run_ok(no_dropout(resume_kv(dir + "/whole", fsdp("FULL_SHARD", "sharded"), 2)), dir);
   auto kv = no_dropout(resume_kv(dir + "/part", fsdp("FULL_SHARD", "sharded"), 2));
+  kv["trainer.enable_checkpointing"] = "true";
   kv["checkpoint_every_n_train_steps"] = "5";
   kv["trainer.max_steps"] = "5";
   const WorkerResult part = run_ok(kv, dir);
@@ -180,6 +182,7 @@ TEST_CASE("volt consolidate turns a sharded checkpoint into the full one, and da
           "[checkpoint][consolidate][multirank]") {
   const std::string dir = temp_dir("consolidate");
   auto kv = resume_kv(dir + "/run", fsdp("FULL_SHARD", "sharded"), 2);
+  kv["trainer.enable_checkpointing"] = "true";
   kv["checkpoint_every_n_train_steps"] = "3";
   kv["trainer.max_steps"] = "3";
   const WorkerResult part = run_ok(kv, dir);
@@ -283,6 +286,7 @@ TEST_CASE("a checkpoint write that fails (disk full) fails every rank and leaves
       const std::string dir = temp_dir("disk-full");
       auto kv = resume_kv(dir + "/run", fsdp("FULL_SHARD", type), 2);
       kv["hidden"] = "256";  // 1.7 MB of checkpoint, 0.85 MB per rank when sharded: over the limit below
+      kv["trainer.enable_checkpointing"] = "true";
       kv["checkpoint_every_n_train_steps"] = "2";
       kv["trainer.max_steps"] = "2";
       run_ok(kv, dir);

@@ -382,6 +382,7 @@ TEST_CASE("a sharded FSDP checkpoint of 2 ranks loads, and consolidates to a saf
       "[Block]}}";
   kv["trainer.devices"] = "2";
   kv["batch_size"] = "4";
+  kv["trainer.enable_checkpointing"] = "true";
   kv["checkpoint_every_n_train_steps"] = "3";
   kv["trainer.max_steps"] = "3";
   REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir) == 0);

@@ -24,6 +24,7 @@ std::map<std::string, std::string> restartable(const std::string& dir, const std
   kv["trainer.strategy"] = strategy;
   kv["trainer.max_epochs"] = "-1";
   kv["trainer.max_steps"] = "12";
+  kv["trainer.enable_checkpointing"] = "true";
   kv["checkpoint_every_n_train_steps"] = "2";
   kv["adam"] = "true";
   kv["lr"] = "0.01";

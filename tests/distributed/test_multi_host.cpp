@@ -104,6 +104,7 @@ TEST_CASE("a sharded checkpoint written across hosts resumes on other layouts: 2
   auto kv = quiet_blocks_kv(dir);
   kv["batch_size"] = "4";
   kv["trainer.strategy"] = fsdp("FULL_SHARD", ", state_dict_type: sharded");
+  kv["trainer.enable_checkpointing"] = "true";
   kv["checkpoint_every_n_train_steps"] = "2";
   kv["trainer.max_epochs"] = "-1";
   // Uninterrupted, on one host.

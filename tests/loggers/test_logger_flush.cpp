@@ -140,6 +140,7 @@ TEST_CASE("the event file gets its events every flush_secs mid-epoch and at chec
     auto o = quiet_options(root);
     o.log_every_n_steps = 1;
     o.logger = loggers_from("tensorboard");
+    o.enable_checkpointing = true;
     ModelCheckpointOptions mo;
     mo.every_n_train_steps = 3;
     std::vector<uintmax_t> sizes;

@@ -97,6 +97,7 @@ TEST_CASE("CUDA: FSDP checkpoints (full and sharded, with offload) resume bitwis
       REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir) == 0);
       const WorkerResult whole = read_worker_output(dir + "/o.pt");
       kv["trainer.default_root_dir"] = dir + "/part";
+      kv["trainer.enable_checkpointing"] = "true";
       kv["checkpoint_every_n_train_steps"] = "5";
       kv["trainer.max_steps"] = "5";
       REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir) == 0);

@@ -206,6 +206,7 @@ TEST_CASE("ModelCheckpoint: ranks that disagree on the monitored value save toge
   kv["trainer.devices"] = "2";
   kv["trainer.strategy"] = "{name: ddp, timeout: 30}";
   kv["rank_metric"] = "true";
+  kv["trainer.enable_checkpointing"] = "true";
   kv["checkpoint_monitor"] = "val_rank";
   kv["checkpoint_top_k"] = "2";
   kv["checkpoint_filename"] = "'{epoch}-{val_rank:.2f}'";  // quoted: a bare {...} is a YAML map

@@ -94,6 +94,7 @@ TEST_CASE("fit with a data module runs its hooks in Lightning's order and trains
 TEST_CASE("a data module's state is saved in checkpoints and given back on resume", "[trainer][datamodule]") {
   const std::string root = temp_dir("dm-state");
   auto o = quiet_options(root);
+  o.enable_checkpointing = true;
   o.max_steps = 3;
   RecordingData dm;
   dm.counter = 41;

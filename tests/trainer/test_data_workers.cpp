@@ -73,6 +73,7 @@ TEST_CASE("a mid-epoch resume with loader workers is bitwise equal to an uninter
     auto loader = worker_loader(2);
     Trainer(o).fit(*full, loader);
   }
+  o.enable_checkpointing = true;  // the runs below save with a ModelCheckpoint
   auto part = o;
   part.max_steps = 11;  // epoch 1, batch 3 of 8
   auto m = make_model(5);
@@ -112,6 +113,7 @@ TEST_CASE("an iterable dataset resumes mid-epoch and at an epoch's end bitwise",
     auto l = make_stream();
     Trainer(o).fit(*full, l);
   }
+  o.enable_checkpointing = true;   // the runs below save with a ModelCheckpoint
   for (int64_t stop : {11, 16}) {  // mid-epoch 1; the end of epoch 1 (its length learnt from the stream)
     INFO("stopped at step " << stop);
     const std::string r = temp_dir("iterable-resume-run");

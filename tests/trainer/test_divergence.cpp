@@ -46,6 +46,7 @@ TEST_CASE("A nan loss stops fit with a TrainingError naming the step, and the ch
           "[trainer][divergence]") {
   const std::string root = temp_dir("nan-loss");
   TrainerOptions o = quiet_options(root);
+  o.enable_checkpointing = true;
   o.max_steps = 10;
   Trainer t(o, {every_step_checkpoint()});
   NanAt m(3);
@@ -66,6 +67,7 @@ TEST_CASE("A nan loss stops fit with a TrainingError naming the step, and the ch
 TEST_CASE("A run whose weights explode (lr 1e6) leaves only finite checkpoints", "[trainer][divergence]") {
   const std::string root = temp_dir("explode");
   TrainerOptions o = quiet_options(root);
+  o.enable_checkpointing = true;
   o.max_steps = 40;
   Trainer t(o, {every_step_checkpoint()});
   BoringOptions bo;

@@ -399,6 +399,7 @@ TEST_CASE("configure_callbacks adds the module's callbacks, replacing the Traine
   };
   auto m = make_model<WithCallbacks>(0);
   auto opts = quiet_options(temp_dir("module-hooks-callbacks"));
+  opts.enable_checkpointing = true;  // the module's ModelCheckpoint needs it on
   opts.limit_train_batches = BatchLimit::count(1);
   EarlyStoppingOptions theirs;
   theirs.monitor = "val_loss";

@@ -46,6 +46,7 @@ TEST_CASE("SIGTERM or SIGINT during fit stops it at the next step with an error 
     const auto before = handler_of(sig);
     const std::string root = temp_dir("signal");
     TrainerOptions o = quiet_options(root);
+    o.enable_checkpointing = true;
     o.max_steps = 20;
     Trainer t(o, {every_step_checkpoint(), std::make_shared<RaiseAt>(sig, 1)});
     BoringModel m;
@@ -68,6 +69,7 @@ TEST_CASE("a signal after the last step's check still ends fit with an error, th
           "[trainer][signals]") {
   const std::string root = temp_dir("signal-late");
   TrainerOptions o = quiet_options(root);
+  o.enable_checkpointing = true;
   o.max_steps = 3;
   Trainer t(o, {every_step_checkpoint(), std::make_shared<RaiseAt>(SIGINT, 2)});  // batch 2 = step 3, the last
   BoringModel m;
@@ -91,6 +93,7 @@ TEST_CASE("SIGTERM to one launched rank stops every rank at the same step, namin
       kv["batch_size"] = "4";
       kv["trainer.devices"] = "2";
       kv["trainer.strategy"] = "{name: " + strategy + ", timeout: 600}";
+      kv["trainer.enable_checkpointing"] = "true";
       kv["checkpoint_every_n_train_steps"] = "1";
       kv["fault_rank"] = "1";
       kv["fault_step"] = "3";
@@ -117,6 +120,7 @@ TEST_CASE("SIGTERM to one launched rank after the last step's check fails every 
   kv["trainer.devices"] = "2";
   kv["trainer.strategy"] = "{name: fsdp, timeout: 600}";
   kv["trainer.max_steps"] = "3";
+  kv["trainer.enable_checkpointing"] = "true";
   kv["checkpoint_every_n_train_steps"] = "1";
   kv["fault_rank"] = "1";
   kv["fault_step"] = "3";
