@@ -141,11 +141,14 @@ int main(int argc, char** argv) {
     torch::autograd::backward({oq, ok}, {gq.transpose(1, 2), gk.transpose(1, 2)});
     clear();
   }));
-  rows.push_back(measure("rotary q+k, volt (two kernels)", a, [&] {
-    auto oq = volt::demos::apply_rotary(q, rope), ok = volt::demos::apply_rotary(k, rope);
-    torch::autograd::backward({oq, ok}, {gq, gk});
-    clear();
-  }));
+  const bool rotary_fused = volt::demos::rotary_kernel_works(q, rope);
+  rows.push_back(
+      measure(rotary_fused ? "rotary q+k, volt (compiled kernel)" : "rotary q+k, volt (two kernels)", a, [&] {
+        auto oq = volt::demos::apply_rotary(q, rope, rotary_fused),
+             ok = volt::demos::apply_rotary(k, rope, rotary_fused);
+        torch::autograd::backward({oq, ok}, {gq, gk});
+        clear();
+      }));
   q = k = torch::Tensor();
   // SwiGLU on gate and up [N, intermediate] as the projections give them.
   auto gate = torch::randn({n, a.intermediate}, opts).requires_grad_(true);

@@ -132,8 +132,12 @@ torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tenso
                                       int64_t layer) {
   const int64_t b = x.size(0), t = x.size(1);
   // Rotary on [B, T, H, hd], as the projections lay it out (dense), then heads before positions.
-  auto q = apply_rotary(q_proj(x).view({b, t, heads_, head_dim_}), rope).transpose(1, 2);
-  auto k = apply_rotary(k_proj(x).view({b, t, kv_heads_, head_dim_}), rope).transpose(1, 2);
+  const auto q_raw = q_proj(x).view({b, t, heads_, head_dim_});
+  if (kernels_ == JitKernels::Unchecked && x.is_cuda())
+    kernels_ = rotary_kernel_works(q_raw, rope) ? JitKernels::Fused : JitKernels::Aten;
+  const bool fused = kernels_ == JitKernels::Fused;
+  auto q = apply_rotary(q_raw, rope, fused).transpose(1, 2);
+  auto k = apply_rotary(k_proj(x).view({b, t, kv_heads_, head_dim_}), rope, fused).transpose(1, 2);
   auto v = v_proj(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
   int64_t past = 0;
   if (cache != nullptr) {
@@ -165,9 +169,9 @@ LlamaMLP::LlamaMLP(int64_t dim, int64_t hidden) {
 
 torch::Tensor LlamaMLP::forward(const torch::Tensor& x) {
   const auto gate = gate_proj(x), up = up_proj(x);
-  if (kernels_ == Kernels::Unchecked && gate.is_cuda())
-    kernels_ = swiglu_kernels_work(gate, up) ? Kernels::Fused : Kernels::Aten;
-  return down_proj(swiglu(gate, up, kernels_ == Kernels::Fused));
+  if (kernels_ == JitKernels::Unchecked && gate.is_cuda())
+    kernels_ = swiglu_kernels_work(gate, up) ? JitKernels::Fused : JitKernels::Aten;
+  return down_proj(swiglu(gate, up, kernels_ == JitKernels::Fused));
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaOptions& o) {

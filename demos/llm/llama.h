@@ -85,6 +85,10 @@ class RMSNorm : public torch::nn::Module {
 };
 
 /// q/k/v/o projections, rotary embeddings, grouped-query causal attention.
+/// Whether a module's runtime-compiled CUDA kernels (rotary.h, swiglu.h) run: checked at its first
+/// CUDA call, then used (Fused) or not (Aten) from then on.
+enum class JitKernels { Unchecked, Fused, Aten };
+
 class LlamaAttention : public torch::nn::Module {
  public:
   explicit LlamaAttention(const LlamaOptions& o);
@@ -97,6 +101,7 @@ class LlamaAttention : public torch::nn::Module {
  private:
   int64_t heads_, kv_heads_, head_dim_;
   double dropout_;
+  JitKernels kernels_ = JitKernels::Unchecked;  // the rotation's (rotary.h)
 };
 
 /// down_proj(silu(gate_proj(x)) * up_proj(x)).
@@ -109,8 +114,7 @@ class LlamaMLP : public torch::nn::Module {
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 
  private:
-  enum class Kernels { Unchecked, Fused, Aten };
-  Kernels kernels_ = Kernels::Unchecked;
+  JitKernels kernels_ = JitKernels::Unchecked;
 };
 
 /// One pre-norm block: the unit FSDP shards and activation checkpointing recomputes.

@@ -1,23 +1,36 @@
 #include "volt/demos/llm/rotary.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "volt/core/compat.h"
 #include "volt/core/errors.h"
 
 namespace volt::demos {
 
 namespace {
 
+// The rotation as one runtime-compiled CUDA kernel (compat::jit_elementwise): T is float for bf16,
+// fp16 and fp32. One rounding where the mul and addcmul below round twice in bf16.
+const char* const kRotateCode = R"(
+template <typename T> T volt_rotate(T x1, T x2, T a, T b) {
+  return x1 * a + x2 * b;
+})";
+
 /// x1 * a + x2 * b over x [B, T, H, hd] seen as [B, T, H, 2, hd/2], a and b [T, 1, 2, hd/2].
-torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b) {
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b, bool fused) {
   const auto s = x.sizes();
   const auto halves = x.reshape({s[0], s[1], s[2], 2, s[3] / 2});
   const auto x1 = halves.narrow(3, 0, 1), x2 = halves.narrow(3, 1, 1);
   // A double backward differentiates this: out= variants record no graph.
   if (torch::GradMode::is_enabled()) return torch::addcmul(x1 * a, x2, b).reshape(s);
+  // The output follows the inputs' layout; reshape is a view for every layout measured.
+  if (fused) return compat::jit_elementwise(kRotateCode, "volt_rotate", 1, {x1, x2, a, b})[0].reshape(s);
   // A dense output of its own: TensorIterator would lay out one over broadcast views as it likes.
   auto out = torch::empty(s, x.options().dtype(at::result_type(x, a)));
   auto out_halves = out.view(halves.sizes());
@@ -27,15 +40,18 @@ torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& a, const torch
 }
 
 struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& rope) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& rope,
+                               bool fused) {
     ctx->save_for_backward({rope});
-    return rotate(x, rope.select(3, 0), rope.select(3, 1));  // the columns [c; s] and [-s; c]
+    ctx->saved_data["fused"] = fused;
+    return rotate(x, rope.select(3, 0), rope.select(3, 1), fused);  // the columns [c; s] and [-s; c]
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto rope = ctx->get_saved_variables()[0];
-    return {rotate(grads[0], rope.select(2, 0), rope.select(2, 1)), torch::Tensor()};  // rows [c; -s], [s; c]
+    const bool fused = ctx->saved_data["fused"].toBool();
+    return {rotate(grads[0], rope.select(2, 0), rope.select(2, 1), fused), torch::Tensor(),  // rows [c; -s], [s; c]
+            torch::Tensor()};
   }
 };
 
@@ -59,7 +75,7 @@ torch::Tensor rotary_table(int64_t start, int64_t len, int64_t head_dim, double 
   return torch::stack({torch::stack({c, -s}, 1), torch::stack({s, c}, 1)}, 1).unsqueeze(1);
 }
 
-torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& rope) {
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& rope, bool fused) {
   VOLT_CHECK(x.dim() == 4 && x.size(3) % 2 == 0 && rope.dim() == 5 && rope.size(0) == x.size(1) && rope.size(1) == 1 &&
                  rope.size(2) == 2 && rope.size(3) == 2 && rope.size(4) * 2 == x.size(3),
              DataError,
@@ -69,7 +85,30 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& rope) {
              x.device(), "; make the table on x's device");
   VOLT_CHECK(!rope.requires_grad(), DataError, "apply_rotary: the rotary table takes no gradient; pass a table from ",
              "rotary_table (or detach it)");
-  return RotaryFunction::apply(x, rope);
+  return RotaryFunction::apply(x, rope, fused && compat::kJitElementwise && x.is_cuda());
+}
+
+bool rotary_kernel_works(const torch::Tensor& x, const torch::Tensor& rope) {
+  if (!compat::kJitElementwise || !x.is_cuda()) return false;
+  torch::NoGradGuard no_grad;
+  auto refuse = [](const std::string& why) {
+    const size_t keep = 600;  // NVRTC's message holds the whole generated source
+    spdlog::warn(
+        "Rotary embeddings: the runtime-compiled CUDA kernel does not run here ({}); using ATen's mul and "
+        "addcmul instead",
+        why.size() > keep ? "..." + why.substr(why.size() - keep) : why);
+    return false;
+  };
+  try {
+    // One sequence: the same dtype and strides, so the same kernel variant as the whole batch.
+    const auto one = x.detach().narrow(0, 0, std::min<int64_t>(x.size(0), 1));
+    rotate(one, rope.select(3, 0), rope.select(3, 1), /*fused=*/true);
+    return true;
+  } catch (const c10::Error& e) {
+    return refuse(e.what_without_backtrace());
+  } catch (const std::exception& e) {  // NVRTC's compile errors are std::runtime_error
+    return refuse(e.what());
+  }
 }
 
 }  // namespace volt::demos

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "gpu_visibility.h"
+#include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/demos/llm/rotary.h"
 
@@ -132,4 +133,48 @@ TEST_CASE("Rotary on the GPU equals the CPU, in float32 and bf16", "[cuda][llm][
     const auto gg = torch::autograd::grad({(yg * w.cuda()).sum()}, {xg})[0];
     CHECK(torch::allclose(gg.cpu().to(torch::kFloat), gc.to(torch::kFloat), tol, tol));
   }
+}
+
+TEST_CASE("Rotary on CUDA: the compiled kernel equals the two-kernel form to rounding, forward and backward",
+          "[cuda][llm][rotary]") {
+  if (volt::testing::no_cuda()) return;
+  torch::manual_seed(13);
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    INFO("dtype " << dtype);
+    const auto x = (torch::randn({3, 24, 4, 64}) * 2).to(dtype).cuda();
+    const auto rope = rotary_table(7, 24, 64, 500000.0, torch::kCUDA, dtype);
+    const bool fused = volt::demos::rotary_kernel_works(x, rope);
+    CHECK(fused == volt::compat::kJitElementwise);
+    // Through the model's transpose, so that the incoming gradient is not contiguous.
+    const auto w = torch::randn({3, 4, 24, 64}).to(dtype).cuda();
+    auto run = [&](bool f) {
+      const auto xi = x.clone().requires_grad_(true);
+      const auto y = apply_rotary(xi, rope, f);
+      const auto g = torch::autograd::grad({(y.transpose(1, 2) * w).sum()}, {xi})[0];
+      return std::make_pair(y.detach(), g);
+    };
+    const auto [y_fused, g_fused] = run(fused);
+    const auto [y_two, g_two] = run(false);
+    CHECK(y_fused.sizes() == x.sizes());
+    CHECK(g_fused.sizes() == x.sizes());
+    // Against float64 on the CPU: the compiled kernel rounds once, the two-kernel form twice.
+    const auto d = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kDouble); };
+    const auto xr = d(x).requires_grad_(true);
+    const auto yr = apply_rotary(xr, rotary_table(7, 24, 64, 500000.0, torch::kCPU, torch::kDouble));
+    const auto gr = torch::autograd::grad({(yr.transpose(1, 2) * d(w)).sum()}, {xr})[0];
+    const double tol = dtype == torch::kFloat ? 1e-5 : 5e-2;
+    CHECK(torch::allclose(d(y_fused), yr.detach(), tol, tol));
+    CHECK(torch::allclose(d(g_fused), gr, tol, tol));
+    const double slack = dtype == torch::kFloat ? 1e-6 : 1e-2;
+    CHECK((d(y_fused) - yr.detach()).abs().max().item<double>() <=
+          (d(y_two) - yr.detach()).abs().max().item<double>() + slack);
+    CHECK((d(g_fused) - gr).abs().max().item<double>() <= (d(g_two) - gr).abs().max().item<double>() + slack);
+  }
+}
+
+TEST_CASE("Rotary: `fused` is ignored off CUDA", "[llm][rotary]") {
+  const auto x = torch::randn({2, 4, 2, 8});
+  const auto rope = rotary_table(0, 4, 8, 10000.0, torch::kCPU, torch::kFloat);
+  CHECK_FALSE(volt::demos::rotary_kernel_works(x, rope));
+  CHECK(torch::equal(apply_rotary(x, rope, /*fused=*/true), apply_rotary(x, rope)));
 }
