@@ -269,7 +269,14 @@ CLI::Resolved CLI::resolve_config(const YAML::Node& config) const {
     callbacks = YAML::Clone(static_cast<const YAML::Node&>(trainer)["callbacks"]);
     trainer.remove("callbacks");
   }
-  r.trainer = options_from_yaml<TrainerOptions>(trainer, "trainer");
+  try {
+    r.trainer = options_from_yaml<TrainerOptions>(trainer, "trainer");
+  } catch (const ConfigError& e) {
+    // TrainerOptions lists its own keys; callbacks is read here, beside them.
+    const std::string m = e.what();
+    if (m.rfind("unknown config key 'trainer.", 0) != 0 || m.find("valid keys here") == std::string::npos) throw;
+    throw ConfigError(m + "; and callbacks (a list of {class_path, init_args})");
+  }
   const std::optional<int64_t> seed = top["seed_everything"] ? detail::YamlCodec<std::optional<int64_t>>::decode(
                                                                    top["seed_everything"], "seed_everything")
                                                              : std::nullopt;

@@ -121,7 +121,7 @@ TEST_CASE("CLI: unknown classes and keys are ConfigErrors naming the key and the
        {"trainer.callbacks[1].init_args.mode", "'min' or 'max'"}},
       {"model: ToyNet\ntrainer: {callbacks: [{monitor: val_loss}]}", {"trainer.callbacks[0]", "needs class_path"}},
       {"model: ToyNet\ntrainer: {callbacks: EarlyStopping}", {"trainer.callbacks", "a list"}},
-      {"model: ToyNet\ntrainer: {max_stepz: 3}", {"unknown config key 'trainer.max_stepz'"}},
+      {"model: ToyNet\ntrainer: {max_stepz: 3}", {"unknown config key 'trainer.max_stepz'", "max_steps", "callbacks"}},
       {"model: ToyNet\nckpt: last", {"unknown config key 'ckpt'", "ckpt_path"}},
   };
   for (const auto& c : cases) {
