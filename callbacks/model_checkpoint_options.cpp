@@ -47,6 +47,12 @@ TimeInterval YamlCodec<TimeInterval>::decode(const YAML::Node& n, const std::str
 }  // namespace detail
 
 namespace {
+/// A field of a checkpoint filename: "{name}" or "{name:spec}".
+const std::regex& filename_field() {
+  static const std::regex field(R"(\{([A-Za-z0-9_/]+)(:[^}]*)?\})");
+  return field;
+}
+
 // A name the file system refuses (a component over NAME_MAX, 255 bytes on Linux) would otherwise
 // fail at the first save, after the first epoch. The shortest name the template can give: every
 // field at 0 ("0" or "0.0000" by its spec), plus ".ckpt" and the longest suffix a save adds to the
@@ -54,8 +60,8 @@ namespace {
 void check_name_lengths(const std::string& filename, bool auto_insert_metric_name) {
   constexpr size_t kNameMax = 255, kSuffixes = 5 + 16;
   std::map<std::string, double> zeros;
-  static const std::regex key(R"(\{([A-Za-z0-9_/]+)(:[^}]*)?\})");
-  for (auto it = std::sregex_iterator(filename.begin(), filename.end(), key); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(filename.begin(), filename.end(), filename_field()); it != std::sregex_iterator();
+       ++it)
     zeros[(*it)[1]] = 0.0;
   const std::string shortest = detail::format_checkpoint_name(filename, auto_insert_metric_name, 0, 0, zeros);
   size_t start = 0;
@@ -101,10 +107,6 @@ void ModelCheckpointOptions::validate() const {
 namespace detail {
 
 namespace {
-const std::regex& filename_field() {
-  static const std::regex field(R"(\{([A-Za-z0-9_/]+)(:[^}]*)?\})");
-  return field;
-}
 
 /// Python's format spec for numbers, the subset filenames use: [0][width][.precision][type], type one
 /// of d f e E g G (e.g. "02d", ".2f", "8.3e"). Returns the printf conversion for a double ("" if

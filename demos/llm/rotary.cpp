@@ -1,15 +1,14 @@
 #include "volt/demos/llm/rotary.h"
 
-#include <spdlog/spdlog.h>
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
+#include "volt/demos/llm/jit_check.h"
 
 namespace volt::demos {
 
@@ -90,25 +89,11 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& rope, bo
 
 bool rotary_kernel_works(const torch::Tensor& x, const torch::Tensor& rope) {
   if (!compat::kJitElementwise || !x.is_cuda()) return false;
-  torch::NoGradGuard no_grad;
-  auto refuse = [](const std::string& why) {
-    const size_t keep = 600;  // NVRTC's message holds the whole generated source
-    spdlog::warn(
-        "Rotary embeddings: the runtime-compiled CUDA kernel does not run here ({}); using ATen's mul and "
-        "addcmul instead",
-        why.size() > keep ? "..." + why.substr(why.size() - keep) : why);
-    return false;
-  };
-  try {
+  return detail::jit_kernels_run("Rotary embeddings", "ATen's mul and addcmul", [&] {
     // One sequence: the same dtype and strides, so the same kernel variant as the whole batch.
     const auto one = x.detach().narrow(0, 0, std::min<int64_t>(x.size(0), 1));
     rotate(one, rope.select(3, 0), rope.select(3, 1), /*fused=*/true);
-    return true;
-  } catch (const c10::Error& e) {
-    return refuse(e.what_without_backtrace());
-  } catch (const std::exception& e) {  // NVRTC's compile errors are std::runtime_error
-    return refuse(e.what());
-  }
+  });
 }
 
 }  // namespace volt::demos

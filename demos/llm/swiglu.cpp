@@ -1,13 +1,12 @@
 #include "volt/demos/llm/swiglu.h"
 
-#include <spdlog/spdlog.h>
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <string>
 
 #include "volt/core/compat.h"
+#include "volt/demos/llm/jit_check.h"
 
 namespace volt::demos {
 
@@ -78,29 +77,14 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up, bool fu
 
 bool swiglu_kernels_work(const torch::Tensor& gate, const torch::Tensor& up) {
   if (!compat::kJitElementwise || !gate.is_cuda() || !up.is_cuda()) return false;
-  torch::NoGradGuard no_grad;
-  auto refuse = [](const std::string& why) {
-    // NVRTC's message holds the whole generated source: its last lines say what failed.
-    const size_t keep = 600;
-    spdlog::warn(
-        "SwiGLU: the runtime-compiled CUDA kernels do not run here ({}); using ATen's silu and "
-        "product instead (the same values, more memory traffic)",
-        why.size() > keep ? "..." + why.substr(why.size() - keep) : why);
-    return false;
-  };
-  try {
+  return detail::jit_kernels_run("SwiGLU", "ATen's silu and product (the same values, more memory traffic)", [&] {
     // A leading slice: the same dtype and alignment, so the same kernel variants as the full
     // tensors (ATen picks them by those), for a few thousand elements.
     const int64_t n = std::min<int64_t>(gate.numel(), 4096);
     const auto g = gate.detach().reshape(-1).narrow(0, 0, n), u = up.detach().reshape(-1).narrow(0, 0, n);
     forward_kernel(g, u);
     backward_kernel(torch::ones_like(g), g, u);
-    return true;
-  } catch (const c10::Error& e) {
-    return refuse(e.what_without_backtrace());
-  } catch (const std::exception& e) {  // NVRTC's compile errors are std::runtime_error
-    return refuse(e.what());
-  }
+  });
 }
 
 }  // namespace volt::demos
