@@ -10,6 +10,7 @@
 #include <mutex>
 #include <regex>
 
+#include "volt/checkpoint/temp_file.h"
 #include "volt/core/errors.h"
 
 namespace volt::detail {
@@ -54,15 +55,6 @@ std::string newest_last_checkpoint(const std::string& dir) {
 }
 
 namespace {
-/// "<name>.tmp.<pid>" of a process that no longer runs: what an interrupted atomic write left.
-bool stale_temp(const std::string& name) {
-  const auto at = name.rfind(".tmp.");
-  if (at == std::string::npos) return false;
-  const std::string pid = name.substr(at + 5);
-  if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return false;
-  return ::kill(static_cast<pid_t>(std::stoll(pid)), 0) != 0 && errno == ESRCH;
-}
-
 /// The checkpoint folders this process has locked, by canonical path: the ModelCheckpoints of one
 /// Trainer share a folder's lock (flock excludes a second descriptor even in the same process).
 std::mutex folder_locks_mutex;

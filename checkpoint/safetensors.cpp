@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "volt/checkpoint/temp_file.h"
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
 
@@ -298,7 +299,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, const std::map<std::strin
   head += text;
 
   create_parent_dirs(path_);
-  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  tmp_ = detail::claim_temp_sibling(path_);
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   VOLT_CHECK(fd_ >= 0, CheckpointError, "cannot open '", tmp_, "' for writing ", where, ": ", std::strerror(errno));
   try {

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/checkpoint/temp_file.h"
 #include "volt/core/errors.h"
 #include "volt/core/host_buffers.h"
 #include "volt/core/large_buffer.h"
@@ -149,7 +150,7 @@ void create_parent_dirs(const std::string& path, const std::string& what) {
 void atomic_write(const std::string& path, const char* data, size_t size) {
   const fs::path target(path);
   create_parent_dirs(path, "'" + path + "'");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = detail::claim_temp_sibling(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   VOLT_CHECK(fd >= 0, CheckpointError, "cannot open '", tmp, "' for writing: ", std::strerror(errno));
   size_t done = 0;
@@ -248,7 +249,7 @@ std::vector<ZipEntry> zip_entries(const std::string& path) {
 
 ArchiveWriter::ArchiveWriter(std::string path) : path_(std::move(path)) {
   detail::create_parent_dirs(path_, "checkpoint '" + path_ + "'");
-  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
+  tmp_ = detail::claim_temp_sibling(path_);
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   VOLT_CHECK(fd_ >= 0, CheckpointError, "cannot open '", tmp_, "' for writing checkpoint '", path_,
              "': ", std::strerror(errno));

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "volt/checkpoint/temp_file.h"
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
 #include "volt/demos/llm/tokenizer.h"
@@ -80,7 +81,7 @@ ssize_t pread_all(int fd, void* data, size_t n, uint64_t offset) {
 class PendingFile {
  public:
   explicit PendingFile(const std::string& path)
-      : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter_++)) {
+      : path_(path), tmp_(detail::claim_temp_sibling(path, std::to_string(counter_++))) {
     const fs::path target(path);
     std::error_code ec;
     if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
