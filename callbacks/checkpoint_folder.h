@@ -15,7 +15,7 @@ struct CheckpointFolderLock {
 };
 
 /// Rank 0's part of ModelCheckpoint::setup: creates `dir`, locks it for `owner` (or shares the lock
-/// `owner` holds already), removes what interrupted saves left (`*.partial` folders, `*.tmp.<pid>`
+/// `owner` holds already), removes what interrupted saves left (`*.partial` folders, `*.tmp.[h<tag>.]<pid>`
 /// files of dead processes) and warns when it holds an earlier run's checkpoints. Returns "" or the
 /// reason this run cannot write there; `lock` holds the lock on success.
 std::string prepare_checkpoint_folder(const std::string& dir, const void* owner, bool version_counter,

@@ -14,6 +14,7 @@
 #include <memory>
 #include <sstream>
 
+#include "volt/checkpoint/temp_file.h"
 #include "volt/core/files.h"
 #include "volt/trainer/trainer.h"
 
@@ -233,7 +234,7 @@ std::string link_checkpoint(const std::string& target, const std::string& link) 
   if (fs::path(target).parent_path() != fs::path(link).parent_path())
     return "the newest checkpoint '" + target + "' is not in the folder of '" + link + "'";
   std::error_code ec;
-  const std::string tmp = link + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = detail::temp_sibling_name(link, static_cast<long>(::getpid()));
   detail::remove_tree(tmp);
   fs::create_symlink(fs::path(target).filename(), tmp, ec);
   if (ec) return "cannot create a symbolic link: " + ec.message();

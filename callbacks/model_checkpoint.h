@@ -24,7 +24,8 @@ class ModelCheckpoint : public Callback {
   /// In fit, rank 0 locks the checkpoint folder for this run (a second run writing there fails at
   /// once; the ModelCheckpoints of one Trainer share the folder), removes what an interrupted save left (`*.partial`
   /// folders,
-  /// `*.tmp.<pid>` files of dead processes) and warns when the folder holds an earlier run's files.
+  /// `*.tmp.[h<tag>.]<pid>` files of this host's dead processes) and warns when the folder holds an earlier run's
+  /// files.
   void setup(Trainer&, LightningModule&, const std::string& stage) override;
   void teardown(Trainer&, LightningModule&, const std::string& stage) override;
   void on_exception(Trainer&, LightningModule&, const std::exception&) override;

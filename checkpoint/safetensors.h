@@ -82,9 +82,9 @@ class SafetensorsWriter {
     at::ScalarType dtype = at::kFloat;
     std::vector<int64_t> shape;
   };
-  /// Opens a temporary sibling of `path` (`<path>.tmp.<pid>`) and writes the header. Throws
-  /// CheckpointError naming the file or the tensor (a dtype the format cannot hold, a name that is
-  /// not UTF-8, a folder that cannot be created).
+  /// Opens a temporary sibling of `path` (checkpoint/temp_file.h; it removes what killed writers of `path` left) and
+  /// writes the header. Throws CheckpointError naming the file or the tensor (a dtype the format cannot hold, a name
+  /// that is not UTF-8, a folder that cannot be created).
   SafetensorsWriter(std::string path, const std::map<std::string, Spec>& tensors,
                     const std::map<std::string, std::string>& metadata = {});
   /// Without commit() (an exception on the way), removes the temporary file.

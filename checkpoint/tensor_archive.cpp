@@ -150,7 +150,7 @@ void create_parent_dirs(const std::string& path, const std::string& what) {
 void atomic_write(const std::string& path, const char* data, size_t size) {
   const fs::path target(path);
   create_parent_dirs(path, "'" + path + "'");
-  const std::string tmp = detail::claim_temp_sibling(path);
+  const std::string tmp = detail::temp_sibling_name(path, static_cast<long>(::getpid()));  // small: no clean-up
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   VOLT_CHECK(fd >= 0, CheckpointError, "cannot open '", tmp, "' for writing: ", std::strerror(errno));
   size_t done = 0;

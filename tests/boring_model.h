@@ -125,4 +125,7 @@ std::string read_text(const std::string& path);
 /// A fresh temporary directory (removed by the OS's tmp cleaning; tests keep it for inspection).
 std::string temp_dir(const std::string& tag);
 
+/// The pid of a process that has exited and been reaped (a killed writer's, for its leftovers).
+long dead_pid();
+
 }  // namespace volt::testing

@@ -24,6 +24,14 @@ std::string temp_dir(const std::string& tag) {
   return p.string();
 }
 
+long dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return static_cast<long>(pid);
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;

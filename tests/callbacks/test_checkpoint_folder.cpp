@@ -11,6 +11,7 @@
 
 #include "boring_model.h"
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/checkpoint/temp_file.h"
 #include "volt/core/errors.h"
 #include "volt/core/files.h"
 #include "volt/trainer/trainer.h"
@@ -27,15 +28,6 @@ TrainerOptions checkpointing(const std::string& root) {
   o.enable_checkpointing = true;
   o.max_steps = 2;
   return o;
-}
-
-/// The pid of a process that has exited (and been reaped).
-pid_t dead_pid() {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(0);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return pid;
 }
 
 }  // namespace
@@ -75,8 +67,10 @@ TEST_CASE("An interrupted save's leftovers are removed by the next run, and ckpt
   fs::create_directories(d + "/last.ckpt.partial");
   std::ofstream(d + "/last.ckpt.partial/rank_00000.ckpt") << "half";
   const std::string stale = d + "/epoch=0-step=1.ckpt.tmp." + std::to_string(dead_pid());
+  const std::string stale_tagged = volt::detail::temp_sibling_name(d + "/epoch=0-step=2.ckpt", dead_pid());
   const std::string live = d + "/epoch=0-step=1.ckpt.tmp." + std::to_string(::getpid());
   std::ofstream(stale) << "half";
+  std::ofstream(stale_tagged) << "half";
   std::ofstream(live) << "being written";
   auto data = std::make_shared<RandomDataset>(32);
   DataLoader loader(data, {8, false});
@@ -95,6 +89,7 @@ TEST_CASE("An interrupted save's leftovers are removed by the next run, and ckpt
   t.fit(m, loader);
   CHECK_FALSE(fs::exists(d + "/last.ckpt.partial"));
   CHECK_FALSE(fs::exists(stale));
+  CHECK_FALSE(fs::exists(stale_tagged));
   CHECK(fs::exists(live));  // a live process's file is not touched
   CHECK(fs::exists(d + "/last.ckpt"));
 }

@@ -23,6 +23,7 @@
 #include "volt/checkpoint/checkpoint.h"
 #include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/optimizer_state.h"
+#include "volt/checkpoint/temp_file.h"
 #include "volt/core/errors.h"
 #include "volt/core/files.h"
 #include "volt/strategies/strategy.h"
@@ -257,8 +258,8 @@ TEST_CASE("a failed write leaves the previous file intact", "[checkpoint]") {
   next.state_dict["block0.linear.weight"] = torch::zeros({4, 3});
 
   SECTION("the temporary file cannot be created") {
-    // The writer's temporary is <path>.tmp.<pid>; a directory there makes creating it fail.
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    // The writer's temporary is <path>.tmp.h<tag>.<pid>; a directory there makes creating it fail.
+    const std::string tmp = volt::detail::temp_sibling_name(path, ::getpid());
     fs::create_directories(tmp);
     auto msg = checkpoint_error([&] { save_checkpoint_file(next, path); });
     CHECK_THAT(msg, Contains(path));

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "llm_data_support.h"
+#include "volt/checkpoint/temp_file.h"
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
 #include "volt/demos/llm/llama_lm.h"
@@ -123,6 +124,9 @@ TEST_CASE("Token files: the ids of each line with <s> and </s>, a header that sa
   const std::string dir = temp_dir("llm-tokfile");
   const std::string text = small_fixture() + "/small.txt";
   Tokenizer tok(small_fixture() + "/tok.model");
+  // What a killed writer of the same file left goes with the first write (files_in below).
+  fs::create_directories(dir + "/sub");
+  write_file(volt::detail::temp_sibling_name(dir + "/sub/t.tok", dead_pid(), "0"), "half a token file");
   for (auto [bos, eos] :
        {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}, std::pair{false, false}}) {
     INFO("bos " << bos << " eos " << eos);
