@@ -1,10 +1,7 @@
 #include "volt/callbacks/checkpoint_folder.h"
 
-#include <signal.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <filesystem>
 #include <map>
 #include <mutex>

@@ -40,6 +40,9 @@ bool parse_temp(const std::string& name, std::string& tag, long long& pid) {
   pid = std::stoll(rest);
   return pid > 0;
 }
+
+/// No process `pid` on this host (a live one, even one that reused the number, keeps its file).
+bool process_gone(long long pid) { return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
 }  // namespace
 
 std::string host_tag() {
@@ -67,7 +70,7 @@ bool stale_temp(const std::string& name) {
   long long pid = 0;
   if (!parse_temp(name, tag, pid)) return false;
   if (!tag.empty() && tag != host_tag()) return false;  // another host's writer: it may be alive
-  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  return process_gone(pid);
 }
 
 std::string claim_temp_sibling(const std::string& path, const std::string& suffix) {
@@ -81,8 +84,8 @@ std::string claim_temp_sibling(const std::string& path, const std::string& suffi
     std::string tag;
     long long pid = 0;
     // Tagged names only: an untagged "<path>.tmp.<n>" may be a user's own file.
-    if (name.compare(0, prefix.size(), prefix) != 0 || !parse_temp(name, tag, pid) || tag != own) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (name.compare(0, prefix.size(), prefix) != 0 || !parse_temp(name, tag, pid) || tag != own || !process_gone(pid))
+      continue;
     std::error_code sec, rec;
     const auto status = fs::symlink_status(it->path(), sec);
     if (sec || fs::is_directory(status)) continue;  // not a file volt writes

@@ -1,7 +1,6 @@
 // The checkpoint folder of a run: two runs never write into one folder at once, what an
 // interrupted save left is cleaned up by the next run, and ckpt_path=last says when only an
 // interrupted save exists.
-#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
