@@ -75,7 +75,9 @@ void ModelCheckpoint::setup(Trainer& t, LightningModule&, const std::string& sta
   const std::string error = from_rank0(
       t, t.is_global_zero() ? detail::prepare_checkpoint_folder(dir(t), &t, options_.enable_version_counter, lock_)
                             : std::string());
-  VOLT_CHECK(error.empty(), CheckpointError, error);
+  // A ConfigError (the CLI's exit code 2): a restart agent must not retry into a folder another run
+  // holds, then resume from that run's last.ckpt once it has ended.
+  VOLT_CHECK(error.empty(), ConfigError, error);
 }
 
 void ModelCheckpoint::teardown(Trainer&, LightningModule&, const std::string&) {

@@ -82,9 +82,21 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   if (additive_mask.defined()) m = additive_mask.to(q.scalar_type());
   return at::scaled_dot_product_attention(q, k, v, m, dropout_p, /*is_causal=*/false);
 }
-/// Causal attention with the kernels' own mask (flash attention's is_causal: no mask tensor).
+/// Whether causal_attention takes k and v with fewer heads than q (grouped-query attention, SDPA's
+/// enable_gqa: LibTorch 2.5+). Without it the caller repeats them to q's head count first.
+inline constexpr bool kGroupedQueryAttention = VOLT_TORCH_AT_LEAST(2, 5);
+/// Causal attention with the kernels' own mask (flash attention's is_causal: no mask tensor). q is
+/// [B, H, T, hd], k and v [B, KV, S, hd]; with kGroupedQueryAttention KV may divide H (query head j
+/// reads kv head j / (H / KV)), else KV == H.
 inline at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+#if VOLT_TORCH_AT_LEAST(2, 5)
+  // The fused CUDA kernels read each kv head for its group; only the math fallback repeats them.
+  const bool grouped = k.size(-3) != q.size(-3);
+  return at::scaled_dot_product_attention(q, k, v, c10::nullopt, dropout_p, /*is_causal=*/true,
+                                          /*scale=*/c10::nullopt, /*enable_gqa=*/grouped);
+#else
   return at::scaled_dot_product_attention(q, k, v, c10::nullopt, dropout_p, /*is_causal=*/true);
+#endif
 }
 #else
 #define VOLT_HAVE_SDPA 0

@@ -1,12 +1,27 @@
 #include "volt/core/signals.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+
 namespace volt::detail {
 
 namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;  // see [Note: the one global]
 int g_depth = 0;                               // guards alive (training thread only)
 
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  // write(2) is async-signal-safe; spdlog is not. Said once: the handler resets itself.
+  static const char kInt[] = "volt: SIGINT received: stopping cleanly (send it again to end the process now)\n";
+  static const char kTerm[] = "volt: SIGTERM received: stopping cleanly (send it again to end the process now)\n";
+  static const char kOther[] = "volt: stop signal received: stopping cleanly (send it again to end the process now)\n";
+  const char* m = sig == SIGINT ? kInt : sig == SIGTERM ? kTerm : kOther;
+  const size_t n = sig == SIGINT ? sizeof kInt - 1 : sig == SIGTERM ? sizeof kTerm - 1 : sizeof kOther - 1;
+  const int saved = errno;
+  [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, m, n);
+  errno = saved;
+}
 }  // namespace
 
 StopSignals::StopSignals(int extra) {

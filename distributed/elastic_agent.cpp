@@ -42,8 +42,9 @@ struct ElasticAgent::Impl {
   std::unique_ptr<PeerWatchdog> watchdog;  // the agents' heartbeats; null on one node
   std::vector<pid_t> pids;                 // this attempt's ranks (index: local rank)
   std::vector<bool> running;
-  std::string failure;  // this attempt's failure (the first posted by any node)
-  std::string fatal;    // a reason no restart can mend
+  std::string failure;        // this attempt's failure (the first posted by any node)
+  std::string fatal;          // a reason no restart can mend
+  bool fatal_config = false;  // ... a rank's configuration error (exit code 2): the agent exits 2 too
 
   void connect();
   /// Waits until `k` has reached `n` on every node; false (with `fatal` set) if an agent is lost.
@@ -213,6 +214,7 @@ Outcome ElasticAgent::Impl::watch(int64_t k) {
       // Exit code 2 is a configuration error (volt's CLI): the next attempt would meet it again.
       if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
         fatal = failure + " (a configuration error: a restart would meet it again)";
+        fatal_config = true;
         return Outcome::Fatal;
       }
     }
@@ -286,10 +288,13 @@ int ElasticAgent::run() {
     s.stop_ranks();
   }
   std::string list;
-  for (size_t i = 0; i < failures.size(); ++i) list += detail::str_cat(" (", i + 1, ") ", failures[i], ";");
-  if (!s.fatal.empty())
-    throw DistributedError(
-        detail::str_cat(s.fatal, "; the job ends without a restart. Failures:", list.empty() ? " none" : list));
+  for (size_t i = 0; i < failures.size(); ++i) list += detail::str_cat(i ? ";" : "", " (", i + 1, ") ", failures[i]);
+  if (!s.fatal.empty()) {
+    const std::string m =
+        detail::str_cat(s.fatal, "; the job ends without a restart. Failures:", list.empty() ? " none" : list);
+    if (s.fatal_config) throw ConfigError(m);  // exit code 2, as the rank's
+    throw DistributedError(m);
+  }
   throw DistributedError(detail::str_cat("the job failed ", failures.size(),
                                          " time(s), more than trainer.max_restarts=", s.o.max_restarts,
                                          " allows:", list));

@@ -191,9 +191,14 @@ Launcher::Launcher(const LaunchPlan& plan) {
   reaped_.assign(pids_.size(), false);
   status_.assign(pids_.size(), 0);
   torch::set_num_threads(static_cast<int>(threads));
-  spdlog::info("Launched {} processes (ranks {}..{}) of node {} of {}; rendezvous at {}:{}, {} intra-op thread(s) each",
-               plan.devices - 1, first_rank_ + 1, first_rank_ + plan.devices - 1, plan.node_rank, plan.num_nodes,
-               env_.master_addr, env_.port, threads);
+  if (plan.devices > 1)
+    spdlog::info(
+        "Launched {} processes (ranks {}..{}) of node {} of {}; rendezvous at {}:{}, {} intra-op thread(s) each",
+        plan.devices - 1, first_rank_ + 1, first_rank_ + plan.devices - 1, plan.node_rank, plan.num_nodes,
+        env_.master_addr, env_.port, threads);
+  else
+    spdlog::info("Node {} of {}: this process is its one rank ({}); rendezvous at {}:{}, {} intra-op thread(s)",
+                 plan.node_rank, plan.num_nodes, first_rank_, env_.master_addr, env_.port, threads);
   watchdog_ = std::thread([this] { watch(); });
 }
 

@@ -1,5 +1,6 @@
 #include "volt/distributed/rendezvous.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <vector>
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
@@ -79,9 +81,27 @@ std::string check_views(c10d::Store& store, const View& me, int64_t& seen) {
   return "";
 }
 
+/// Rank 0, while it waits: which ranks have not joined, so that a node never started is seen long
+/// before the timeout (30 minutes by default).
+void report_missing(c10d::Store& store, const View& me, int64_t joined, std::chrono::steady_clock::duration waited,
+                    std::chrono::milliseconds timeout) {
+  std::vector<int64_t> missing;
+  for (int64_t r = 1; r < me.world && missing.size() < 9; ++r)
+    if (!store.check({claimant_key(r)})) missing.push_back(r);
+  std::string list;
+  for (size_t i = 0; i < missing.size() && i < 8; ++i) list += (i ? ", " : "") + std::to_string(missing[i]);
+  if (missing.size() > 8) list += ", ...";
+  spdlog::warn(
+      "rendezvous: {} of {} other ranks joined in {} s; waiting for rank(s) {} (every node started with "
+      "the same num_nodes, master_addr and master_port?); giving up after {} s",
+      joined, me.world - 1, std::chrono::duration_cast<std::chrono::seconds>(waited).count(), list,
+      timeout.count() / 1000);
+}
+
 void wait_for_ranks(c10d::Store& store, const View& me, std::chrono::milliseconds timeout,
                     const std::function<std::string()>& peer_failure, PeerWatchdog* watchdog) {
   const auto start = std::chrono::steady_clock::now();
+  auto next_report = start + std::chrono::seconds(10);
   int64_t seen = 0;
   for (;;) {
     const int64_t joined = store.add(kJoinedKey, 0) - 1;  // the others
@@ -94,6 +114,10 @@ void wait_for_ranks(c10d::Store& store, const View& me, std::chrono::millisecond
                me.world - 1, " other ranks had joined); stopping");
     VOLT_CHECK(std::chrono::steady_clock::now() - start < timeout, DistributedError, "rendezvous: only ", joined,
                " of ", me.world - 1, " other ranks joined within the timeout (", timeout.count() / 1000, " s)");
+    if (std::chrono::steady_clock::now() >= next_report) {
+      report_missing(store, me, joined, std::chrono::steady_clock::now() - start, timeout);
+      next_report += std::chrono::seconds(30);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }

@@ -19,6 +19,7 @@
 #include "volt/core/errors.h"
 #include "volt/core/signals.h"
 #include "volt/strategies/parallel_strategy.h"
+#include "volt/trainer/config_agreement.h"
 #include "volt/trainer/rank_zero.h"
 #include "volt/trainer/strategy_factory.h"
 
@@ -118,6 +119,7 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
   strategy_->enable_cuda_graphs(options_.cuda_graph);
 
   strategy_->setup_environment();
+  detail::check_ranks_share_config(*strategy_, detail::shared_config(options_, module.hparams()));
   spdlog::set_pattern(strategy_->world_size() > 1
                           ? "[%H:%M:%S] [rank " + std::to_string(strategy_->global_rank()) + "] [%^%l%$] %v"
                           : "[%H:%M:%S] [%^%l%$] %v");

@@ -118,8 +118,10 @@ GenerateOptions parse_generate_args(int argc, char** argv, int first) {
 int run_generate(const GenerateOptions& o, std::ostream& out) {
   VOLT_CHECK(fs::exists(o.ckpt_path), ConfigError, "--ckpt_path: ", o.ckpt_path, " does not exist");
   const auto [model_args, data_args] = run_sections(o);
-  const auto options = options_from_yaml<LlamaLMOptions>(model_args, "model");
+  auto options = options_from_yaml<LlamaLMOptions>(model_args, "model");
   const Tokenizer tokenizer(tokenizer_file(o, data_args));
+  // A run config's vocab_size 0 is the data's vocabulary, which for TokenData is the tokenizer's.
+  if (options.vocab_size == 0) options.vocab_size = tokenizer.vocab_size();
   VOLT_CHECK(tokenizer.vocab_size() <= options.vocab_size, ConfigError, "volt generate: the tokenizer has ",
              tokenizer.vocab_size(), " pieces, the model's vocabulary only ", options.vocab_size,
              "; pass the tokenizer the model was trained with");
@@ -135,7 +137,7 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
   auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(o.seed));
   const auto t0 = std::chrono::steady_clock::now();
   const auto next = model.generate(torch::tensor(ids, torch::kLong), o.max_new_tokens, o.temperature, o.top_k,
-                                   tokenizer.eos_id(), gen);
+                                   tokenizer.eos_id(), gen, tokenizer.vocab_size());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<int64_t> all = ids;
   for (int64_t i = 0; i < next.numel(); ++i) all.push_back(next[i].item<int64_t>());

@@ -187,13 +187,16 @@ void LlamaLM::on_test_epoch_end() {
 }
 
 torch::Tensor LlamaLM::generate(const torch::Tensor& prompt, int64_t max_new_tokens, double temperature, int64_t top_k,
-                                int64_t stop_id, std::optional<at::Generator> generator) {
+                                int64_t stop_id, std::optional<at::Generator> generator, int64_t vocab_limit) {
   VOLT_CHECK(prompt.dim() == 1 && prompt.numel() > 0, ConfigError,
              "generate: the prompt must be a non-empty list of token ids, got shape ", prompt.sizes());
   VOLT_CHECK(max_new_tokens >= 0, ConfigError, "generate: max_new_tokens must be >= 0, got ", max_new_tokens);
   VOLT_CHECK(temperature >= 0.0 && std::isfinite(temperature), ConfigError,
              "generate: temperature must be a finite number >= 0 (0: greedy), got ", temperature);
   VOLT_CHECK(top_k >= 0, ConfigError, "generate: top_k must be >= 0 (0: every token), got ", top_k);
+  VOLT_CHECK(vocab_limit >= 0 && vocab_limit <= options_.vocab_size, ConfigError,
+             "generate: vocab_limit must be in [0, vocab_size = ", options_.vocab_size, "] (0: every id), got ",
+             vocab_limit);
   auto& m = model();
   const int64_t total = prompt.numel() + max_new_tokens;
   VOLT_CHECK(total <= options_.max_position_embeddings, ConfigError, "generate: prompt (", prompt.numel(),
@@ -208,11 +211,15 @@ torch::Tensor LlamaLM::generate(const torch::Tensor& prompt, int64_t max_new_tok
   std::vector<int64_t> out;
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     auto logits = lm_head_->forward(m.forward(next_input, &cache)).select(1, -1).squeeze(0).to(torch::kFloat);
+    if (vocab_limit > 0) logits = logits.narrow(0, 0, vocab_limit);
     int64_t id;
     if (temperature == 0.0) {
       id = logits.argmax().item<int64_t>();
     } else {
-      logits = logits / temperature;
+      // In float64 (a temperature of 1e-300 is 0 in float32) and shifted so that the largest is 0: a
+      // tiny temperature then gives 0 and -inf, never inf - inf or 0 / 0.
+      logits = logits.to(torch::kDouble);
+      logits = (logits - logits.max()) / temperature;
       if (top_k > 0 && top_k < logits.size(0)) {
         const auto kth = std::get<0>(logits.topk(top_k)).select(0, top_k - 1);
         logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());

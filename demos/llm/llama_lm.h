@@ -88,10 +88,13 @@ class LlamaLM : public LightningModule, public FlopsPerBatch {
   /// Samples `max_new_tokens` tokens after `prompt` (ids [T], at least one), with a KV cache: each
   /// step takes the last logits / temperature, keeps the top_k (0: all), and draws from the
   /// softmax with `generator` (greedy when temperature is 0). Stops early at `stop_id` (>= 0).
-  /// Returns the new ids only. Runs without gradients, in eval mode, on the model's device.
+  /// Only ids below `vocab_limit` are drawn (0: the whole vocabulary): a vocabulary padded beyond
+  /// the tokenizer's (configs/llm/1b.yaml: 32,000 for 8,000 pieces) never yields an id the
+  /// tokenizer cannot decode. Returns the new ids only. Runs without gradients, in eval mode, on
+  /// the model's device.
   torch::Tensor generate(const torch::Tensor& prompt, int64_t max_new_tokens, double temperature = 1.0,
-                         int64_t top_k = 0, int64_t stop_id = -1,
-                         std::optional<at::Generator> generator = std::nullopt);
+                         int64_t top_k = 0, int64_t stop_id = -1, std::optional<at::Generator> generator = std::nullopt,
+                         int64_t vocab_limit = 0);
 
   /// FLOPs of the last training batch on this device, as torchtitan counts them
   /// (LlamaOptions::flops_per_token x its tokens), for ThroughputMonitor's flops_per_sec and MFU.

@@ -111,7 +111,11 @@ std::shared_ptr<const TokenFile> TokenData::split_file(const std::string& file) 
     try {
       auto tokens = std::make_shared<const TokenFile>(path);
       const auto& h = tokens->header();
-      if (h.tokenizer == tokenizer_->fingerprint() && SourceStamp{h.source_size, h.source_mtime_ns} == stamp)
+      // Also what the name's key holds: a header that disagrees is a damaged (or edited) file.
+      const uint32_t flags = (options_.add_bos ? TokenFileHeader::kBosPerLine : 0u) |
+                             (options_.add_eos ? TokenFileHeader::kEosPerLine : 0u);
+      if (h.tokenizer == tokenizer_->fingerprint() && SourceStamp{h.source_size, h.source_mtime_ns} == stamp &&
+          h.vocab_size == tokenizer_->vocab_size() && h.flags == flags)
         return tokens;
     } catch (const DataError&) {  // damaged: made again below
     }
@@ -129,6 +133,16 @@ void TokenData::prepare_data() {
       const std::string path = options_.source_path(file);
       if (!fs::exists(path)) download_file(base + file, path);
     }
+  }
+  // Every named file before any work: a missing val_file is not found after training a tokenizer.
+  for (const auto& [key, file] : {std::pair<const char*, const std::string&>{"train_file", options_.train_file},
+                                  {"val_file", options_.val_file},
+                                  {"test_file", options_.test_file}}) {
+    if (file.empty()) continue;
+    const std::string path = options_.source_path(file);
+    std::error_code ec;
+    VOLT_CHECK(fs::is_regular_file(path, ec), DataError, "data.", key, ": '", path, "' ",
+               fs::exists(path, ec) ? "is not a regular file" : "does not exist");
   }
   load_tokenizer();
   for (const std::string& file : {options_.train_file, options_.val_file, options_.test_file})

@@ -228,7 +228,8 @@ void TokenFile::read(int64_t start, int64_t count, int64_t* out) const {
   for (int64_t i = 0; i < count; ++i) {
     const auto id = static_cast<int64_t>(get_le(&buf[static_cast<size_t>(i) * w], static_cast<int>(w)));
     VOLT_CHECK(id < header_.vocab_size, DataError, "token file '", path_, "': token ", start + i, " is ", id,
-               ", not below the file's vocab_size ", header_.vocab_size, ": the file is damaged");
+               ", not below the file's vocab_size ", header_.vocab_size,
+               ": the file is damaged; delete it (TokenData makes the files in its cache_dir again from the text)");
     out[i] = id;
   }
 }

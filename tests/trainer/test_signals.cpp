@@ -103,6 +103,7 @@ TEST_CASE("SIGTERM to one launched rank stops every rank at the same step, namin
       INFO(log);
       CHECK(code == 1);
       CHECK_THAT(log, Contains("stopped by SIGTERM (received by rank 1) at step 3"));
+      CHECK_THAT(log, Contains("volt: SIGTERM received: stopping cleanly (send it again to end the process now)"));
       CHECK(load_checkpoint_file(dir + "/checkpoints/last.ckpt").global_step == 3);
       CHECK_FALSE(fs::exists(dir + "/o.pt"));
       CHECK(no_worker_left(dir));

@@ -242,7 +242,11 @@ TEST_CASE("Llama: impossible shapes name their config key", "[llm][model][config
           o.warmup_steps = 4;
           o.lr_decay_steps = 5;
         }).empty());
-  CHECK_THAT(bad([](LlamaLMOptions& o) { o.hidden_size = 1 << 21; }), Catch::Contains("10^13"));
+  CHECK_THAT(bad([](LlamaLMOptions& o) { o.hidden_size = 1 << 21; }),
+             Catch::Contains("10^13") && Catch::Contains("model.hidden_size"));
+  // An absurd vocabulary is named as such, not as a width.
+  CHECK_THAT(bad([](LlamaLMOptions& o) { o.vocab_size = int64_t{1} << 40; }),
+             Catch::Contains("10^13") && Catch::Contains("model.vocab_size"));
   CHECK_THAT(bad([](LlamaLMOptions& o) {
                o.hidden_size = 36;
                o.num_attention_heads = 4;
@@ -277,6 +281,34 @@ TEST_CASE("Llama: generation is greedy at temperature 0 and seeded otherwise", "
   auto s = m->generate(prompt, 10, 0.0, 0, stop);
   CHECK(s[s.numel() - 1].item<int64_t>() == stop);
   CHECK(s.numel() <= 3);
+  // A temperature too small to divide by (the logits / 1e-39 overflow float32) is greedy.
+  CHECK(torch::equal(m->generate(prompt, 10, 1e-39, 0, -1, g1), a));
+  CHECK(torch::equal(m->generate(prompt, 10, 1e-300, 5, -1, g1), a));
+}
+
+TEST_CASE("Llama: generation draws only ids below vocab_limit (a vocabulary padded past the tokenizer's)",
+          "[llm][generate]") {
+  auto m = built(tiny());  // 61 ids
+  const auto prompt = torch::tensor({3, 4, 5}, torch::kLong);
+  // Greedy without a limit reaches its largest id; below a limit of that id it never does.
+  const auto greedy = m->generate(prompt, 30, 0.0);
+  const int64_t limit = greedy.max().item<int64_t>();
+  REQUIRE(limit >= 2);
+  const auto limited = m->generate(prompt, 30, 0.0, 0, -1, std::nullopt, limit);
+  CHECK(limited.max().item<int64_t>() < limit);
+  auto g = at::detail::createCPUGenerator(3);
+  for (const int64_t k : {0, 1, 20}) {
+    const auto sampled = m->generate(prompt, 40, 2.0, k, -1, g, limit);
+    CHECK(sampled.numel() == 40);
+    CHECK(sampled.max().item<int64_t>() < limit);
+    CHECK(sampled.min().item<int64_t>() >= 0);
+  }
+  // The limit equal to the vocabulary is no limit; beyond it, or negative, refused.
+  CHECK(torch::equal(m->generate(prompt, 30, 0.0, 0, -1, std::nullopt, 61), greedy));
+  CHECK_THAT(config_error([&] { m->generate(prompt, 3, 0.0, 0, -1, std::nullopt, 62); }),
+             Catch::Contains("vocab_limit"));
+  CHECK_THAT(config_error([&] { m->generate(prompt, 3, 0.0, 0, -1, std::nullopt, -1); }),
+             Catch::Contains("vocab_limit"));
 }
 
 TEST_CASE("Llama: a short fit through the Trainer learns a cycle", "[llm][fit]") {
@@ -351,6 +383,47 @@ TEST_CASE("Llama on CUDA: flash attention (is_causal) matches the exact path, an
   trainer.fit(*fresh, *loader);
   CHECK(trainer.callback_metrics().at("train_loss") < 1.0);
 }
+
+#if VOLT_HAVE_SDPA
+namespace {
+/// causal_attention with k and v of 2 heads for q's 4, against the same with k and v repeated to 4
+/// heads (query head j reads kv head j / 2): outputs and the gradients of q, k and v.
+void check_grouped_attention(torch::Device device, torch::ScalarType dtype, double tol) {
+  REQUIRE(volt::compat::kGroupedQueryAttention);
+  torch::manual_seed(5);
+  const auto opts = torch::TensorOptions().device(device).dtype(dtype);
+  const auto q = torch::randn({2, 4, 48, 64}, opts).requires_grad_(true);
+  const auto k = torch::randn({2, 2, 48, 64}, opts).requires_grad_(true);
+  const auto v = torch::randn({2, 2, 48, 64}, opts).requires_grad_(true);
+  const auto up = torch::randn({2, 4, 48, 64}, opts);
+  const auto grouped = volt::compat::causal_attention(q, k, v, 0.0);
+  const auto g = torch::autograd::grad({grouped}, {q, k, v}, {up});
+  const auto repeated = volt::compat::causal_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), 0.0);
+  const auto r = torch::autograd::grad({repeated}, {q, k, v}, {up});
+  auto close = [&](const torch::Tensor& a, const torch::Tensor& b) {
+    return torch::allclose(a.to(torch::kFloat), b.to(torch::kFloat), tol, tol);
+  };
+  CHECK(close(grouped, repeated));
+  for (int i = 0; i < 3; ++i) CHECK(close(g[i], r[i]));
+  // Not a repetition of every kv head: head 1 of q reads kv head 0, head 2 reads kv head 1.
+  CHECK_FALSE(close(grouped.select(1, 1), grouped.select(1, 2)));
+}
+}  // namespace
+
+TEST_CASE("causal_attention takes k and v with fewer heads than q (grouped-query), as if repeated", "[llm]") {
+  if (!volt::compat::kGroupedQueryAttention) {
+    SUCCEED("LibTorch " TORCH_VERSION " has no enable_gqa: LlamaAttention repeats k and v");
+    return;
+  }
+  check_grouped_attention(torch::kCPU, torch::kFloat, 1e-5);
+}
+
+TEST_CASE("causal_attention with grouped heads on CUDA (bf16 fused kernels) equals repeated k and v", "[cuda][llm]") {
+  if (volt::testing::no_cuda()) return;
+  check_grouped_attention(torch::kCUDA, torch::kBFloat16, 2e-2);
+  check_grouped_attention(torch::kCUDA, torch::kFloat, 1e-4);
+}
+#endif
 
 namespace {
 /// The RMSNorm cases' module (weights in [0.5, 1.5]) and input, from seed 3.

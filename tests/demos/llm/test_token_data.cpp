@@ -49,6 +49,11 @@ std::vector<int64_t> expected_ids(const Tokenizer& tok, const std::string& text_
 
 std::vector<int64_t> all_ids(const TokenFile& f) { return to_vec(f.read(0, f.num_tokens())); }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 void put(std::string& b, size_t at, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
@@ -356,6 +361,21 @@ TEST_CASE("TokenData: a stale or damaged token file is made again, and other set
     CHECK(d.train_split()->file().num_tokens() == 2 * n0);
   }
 
+  // A header edited where the name's key says what it holds (the vocabulary, <s> and </s>): the
+  // same, however its tokenizer and text stamp agree.
+  for (const auto& [at, value, width] : {std::tuple<size_t, uint64_t, int>{24, 65535, 8}, {12, 0, 4}}) {
+    std::string bytes = file_bytes(tokens);
+    put(bytes, at, value, width);
+    write_file(tokens, bytes);
+    TokenData d(o);
+    d.prepare_data();
+    d.setup("fit");
+    const auto& h = d.train_split()->file().header();
+    CHECK(h.vocab_size == d.vocab_size());
+    CHECK(h.flags == (TokenFileHeader::kBosPerLine | TokenFileHeader::kEosPerLine));
+    CHECK(d.train_split()->file().num_tokens() == 2 * n0);
+  }
+
   // No </s>, or another tokenizer: other token files beside the first.
   TokenDataOptions no_eos = o;
   no_eos.add_eos = false;
@@ -453,6 +473,17 @@ TEST_CASE("TokenData: ready token files, named tokenizers, and what is refused",
   TokenDataOptions no_text = small_options(dir);
   no_text.train_file = "absent.txt";
   CHECK_THROWS_WITH(TokenData(no_text).setup("fit"), Catch::Contains("absent.txt' does not exist"));
+  // prepare_data finds a missing val_file (or a folder in its place) before it trains a tokenizer.
+  TokenDataOptions no_val = small_options(temp_dir("llm-no-val"));
+  no_val.val_file = "absent.txt";
+  CHECK_THROWS_WITH(TokenData(no_val).prepare_data(),
+                    Catch::Contains("data.val_file: '") && Catch::Contains("absent.txt' does not exist"));
+  CHECK_FALSE(fs::exists(no_val.tokenizer_path()));
+  no_val.val_file = "";
+  no_val.test_file = "..";
+  CHECK_THROWS_WITH(TokenData(no_val).prepare_data(),
+                    Catch::Contains("data.test_file: '") && Catch::Contains("' is not a regular file"));
+  CHECK_FALSE(fs::exists(no_val.tokenizer_path()));
   // Windows larger than the text.
   TokenDataOptions too_long = small_options(dir);
   too_long.block_size = 100000;
