@@ -82,21 +82,28 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   if (additive_mask.defined()) m = additive_mask.to(q.scalar_type());
   return at::scaled_dot_product_attention(q, k, v, m, dropout_p, /*is_causal=*/false);
 }
-/// Whether causal_attention takes k and v with fewer heads than q (grouped-query attention, SDPA's
-/// enable_gqa: LibTorch 2.5+). Without it the caller repeats them to q's head count first.
-inline constexpr bool kGroupedQueryAttention = VOLT_TORCH_AT_LEAST(2, 5);
 /// Causal attention with the kernels' own mask (flash attention's is_causal: no mask tensor). q is
-/// [B, H, T, hd], k and v [B, KV, S, hd]; with kGroupedQueryAttention KV may divide H (query head j
-/// reads kv head j / (H / KV)), else KV == H.
+/// [B, H, T, hd], k and v [B, KV, S, hd] with KV dividing H: query head j reads kv head j / (H / KV)
+/// (grouped-query attention). Where a fused kernel takes grouped heads (LibTorch 2.5+'s enable_gqa:
+/// flash attention, and others in newer versions), k and v are passed as they are; otherwise
+/// (float32, older GPUs, LibTorch before 2.5) they are repeated to H heads first, which the fused
+/// kernels for equal heads take: SDPA's math fallback for grouped heads keeps the whole [T, S] scores.
 inline at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+  const int64_t heads = q.size(-3), kv_heads = k.size(-3);
+  TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0, "causal_attention: ", kv_heads, " kv heads do not divide ", heads,
+              " query heads");
+  if (kv_heads == heads) return at::scaled_dot_product_attention(q, k, v, c10::nullopt, dropout_p, /*is_causal=*/true);
 #if VOLT_TORCH_AT_LEAST(2, 5)
-  // The fused CUDA kernels read each kv head for its group; only the math fallback repeats them.
-  const bool grouped = k.size(-3) != q.size(-3);
-  return at::scaled_dot_product_attention(q, k, v, c10::nullopt, dropout_p, /*is_causal=*/true,
-                                          /*scale=*/c10::nullopt, /*enable_gqa=*/grouped);
-#else
-  return at::scaled_dot_product_attention(q, k, v, c10::nullopt, dropout_p, /*is_causal=*/true);
+  const int64_t backend = at::_fused_sdp_choice(q, k, v, c10::nullopt, dropout_p, /*is_causal=*/true,
+                                                /*scale=*/c10::nullopt, /*enable_gqa=*/true);
+  // sdp::SDPBackend: -1 error, 0 math, then the fused kernels (flash 1, efficient 2, cuDNN 3, ...).
+  if (backend > 0)
+    return at::scaled_dot_product_attention(q, k, v, c10::nullopt, dropout_p, /*is_causal=*/true,
+                                            /*scale=*/c10::nullopt, /*enable_gqa=*/true);
 #endif
+  const int64_t n_rep = heads / kv_heads;
+  return at::scaled_dot_product_attention(q, k.repeat_interleave(n_rep, -3), v.repeat_interleave(n_rep, -3),
+                                          c10::nullopt, dropout_p, /*is_causal=*/true);
 }
 #else
 #define VOLT_HAVE_SDPA 0
@@ -198,6 +205,15 @@ inline c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 namespace volt::compat {
+/// Makes `device` this thread's current CUDA device (LibTorch's torch.cuda.set_device); nothing
+/// without CUDA or without that GPU visible.
+inline void set_cuda_device(int64_t device) {
+#ifdef VOLT_WITH_CUDA
+  if (device < c10::cuda::device_count()) c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+#else
+  (void)device;
+#endif
+}
 /// Peak bytes the CUDA caching allocator handed out on `device` since the last reset (0 without CUDA
 /// or without that GPU visible).
 inline int64_t cuda_peak_allocated(int device = 0) {

@@ -13,6 +13,7 @@
 #include "volt/core/errors.h"
 #include "volt/core/signals.h"
 #include "volt/distributed/cluster_env.h"
+#include "volt/distributed/rendezvous.h"
 
 namespace volt {
 
@@ -100,6 +101,18 @@ bool ElasticAgent::Impl::wait_count(const std::string& k, int64_t n, std::chrono
   for (;;) {
     if (store->add(k, 0) >= n) return true;
     if (fatal_posted()) return false;
+    if (detail::ranks_joined(*store)) {
+      // Not an agent but a rank: its node was started without restarts (or the agents' port is a
+      // job's). Neither side would ever meet the other; both end now.
+      fatal = detail::str_cat("a rank, not a restart agent, joined the agents' store at ", o.plan.master_addr, ":",
+                              o.plan.port, ": every node must be started with the same trainer.max_restarts (",
+                              o.max_restarts, " here)");
+      fatal_config = true;
+      detail::refuse_ranks(*store, "rendezvous: the process at MASTER_ADDR:MASTER_PORT is a restart agent (" + where() +
+                                       ", trainer.max_restarts=" + std::to_string(o.max_restarts) +
+                                       "): every node must be started with the same trainer.max_restarts");
+      return false;
+    }
     if (watchdog && watchdog->failed()) {
       fatal = agent_lost() + " while " + what;
       return false;

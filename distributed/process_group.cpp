@@ -91,11 +91,13 @@ ProcessGroup::ProcessGroup(const ClusterEnv& env, ProcessGroupOptions options, c
       throw;
     }
     detail::agree_on_world(*impl_->store, env, detail::local_address(*impl_->devices), timeout_, options.peer_failure,
-                           impl_->watchdog.get());
+                           impl_->watchdog.get(), options.job_config);
     if (impl_->watchdog) impl_->watchdog->set_layout(detail::read_layout(*impl_->store, size_));
     auto blocked = enter("rendezvous (connecting " + backend_name_ + ")");
     impl_->pg = detail::make_backend(backend_name_, impl_->store, static_cast<int>(rank_), static_cast<int>(size_),
                                      timeout_, *impl_->devices);
+  } catch (const ConfigError&) {
+    throw;  // ranks started with different configs: exit code 2, no restart
   } catch (const std::exception& e) {
     throw DistributedError(detail::str_cat("rendezvous failed on rank ", rank_, " of ", size_, " at ", env.master_addr,
                                            ":", env.port, ": ", e.what()));

@@ -44,6 +44,10 @@ struct ProcessGroupOptions {
   std::function<std::string()> peer_failure;
   /// Heartbeats between the ranks (distributed/peer_watchdog.h); its timeout is capped at `timeout`.
   LivenessOptions liveness;
+  /// A YAML map every rank must hold alike (the trainer options: trainer/config_agreement.h),
+  /// compared by the rendezvous before any backend connects: a rank whose map differs from rank 0's
+  /// makes every rank throw ConfigError naming the first differing key. "": not compared.
+  std::string job_config;
 };
 
 class ProcessGroup {

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "volt/core/compat.h"
+#include "volt/core/config_diff.h"
 #include "volt/core/errors.h"
 #include "volt/distributed/peer_watchdog.h"
 
@@ -24,6 +26,11 @@ std::string claim_key(int64_t rank) { return "volt_claim/" + std::to_string(rank
 std::string claimant_key(int64_t rank) { return "volt_claimant/" + std::to_string(rank); }
 std::string view_key(int64_t i) { return "volt_view/" + std::to_string(i); }
 std::string where_key(int64_t rank) { return "volt_where/" + std::to_string(rank); }
+std::string config_key(int64_t rank) { return "volt_config/" + std::to_string(rank); }
+// A verdict that is a configuration error (ConfigError on every rank, not DistributedError).
+const std::string kConfigVerdict = "config: ";
+
+bool is_config_verdict(const std::string& v) { return v.rfind(kConfigVerdict, 0) == 0; }
 
 std::string host_name() {
   char buf[256] = {};
@@ -66,8 +73,22 @@ void claim_rank(c10d::Store& store, const View& me, PeerWatchdog* watchdog) {
   throw DistributedError(msg);
 }
 
-/// Rank 0: checks the views published since `seen`; returns the conflict found ("" if none).
-std::string check_views(c10d::Store& store, const View& me, int64_t& seen) {
+/// Rank 0: the first difference between rank `rank`'s job config and `mine` ("" if none, or if
+/// that rank gave none).
+std::string config_conflict(c10d::Store& store, int64_t rank, const std::string& mine) {
+  if (mine.empty() || !store.check({config_key(rank)})) return "";
+  const std::string theirs = get_string(store, config_key(rank));
+  if (theirs == mine) return "";
+  const std::string diff = first_difference(YAML::Load(theirs), YAML::Load(mine), rank);
+  return diff.empty() ? diff
+                      : str_cat(kConfigVerdict, diff,
+                                ": every rank of a job must be started with the same config; start every node with "
+                                "the same config");
+}
+
+/// Rank 0: checks the views published since `seen`; returns the conflict found ("" if none; a
+/// configuration conflict starts with kConfigVerdict).
+std::string check_views(c10d::Store& store, const View& me, int64_t& seen, const std::string& job_config) {
   const int64_t n = store.add(kViewsKey, 0);
   for (; seen < n; ++seen) {
     if (!store.check({view_key(seen)})) break;  // counted, not written yet: next time
@@ -77,6 +98,10 @@ std::string check_views(c10d::Store& store, const View& me, int64_t& seen) {
                      "; start every rank with the same WORLD_SIZE");
     if (v.rank == 0 && v.pid != me.pid)
       return str_cat(v.who(), " also says RANK=0; every process of the job needs its own RANK");
+    if (v.rank != 0) {
+      std::string conflict = config_conflict(store, v.rank, job_config);
+      if (!conflict.empty()) return conflict;
+    }
   }
   return "";
 }
@@ -99,14 +124,18 @@ void report_missing(c10d::Store& store, const View& me, int64_t joined, std::chr
 }
 
 void wait_for_ranks(c10d::Store& store, const View& me, std::chrono::milliseconds timeout,
-                    const std::function<std::string()>& peer_failure, PeerWatchdog* watchdog) {
+                    const std::function<std::string()>& peer_failure, PeerWatchdog* watchdog,
+                    const std::string& job_config) {
   const auto start = std::chrono::steady_clock::now();
   auto next_report = start + std::chrono::seconds(10);
   int64_t seen = 0;
   for (;;) {
     const int64_t joined = store.add(kJoinedKey, 0) - 1;  // the others
-    const std::string conflict = check_views(store, me, seen);
+    const std::string conflict = check_views(store, me, seen, job_config);
+    if (is_config_verdict(conflict)) throw ConfigError(conflict.substr(kConfigVerdict.size()));
     VOLT_CHECK(conflict.empty(), DistributedError, "rendezvous: ", conflict);
+    // A restart agent of another node found this rank's store (refuse_ranks).
+    if (store.check({kVerdictKey})) throw DistributedError(get_string(store, kVerdictKey));
     if (joined >= me.world - 1 && seen >= store.add(kViewsKey, 0)) break;
     std::string failure = peer_failure ? peer_failure() : std::string();
     if (failure.empty() && watchdog) failure = watchdog->failure();
@@ -132,6 +161,7 @@ void wait_for_verdict(c10d::Store& store, const View& me, std::chrono::milliseco
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const std::string verdict = get_string(store, kVerdictKey);
+  if (is_config_verdict(verdict)) throw ConfigError(verdict.substr(kConfigVerdict.size()));
   VOLT_CHECK(verdict == "ok", DistributedError, verdict);
 }
 }  // namespace
@@ -161,7 +191,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const ClusterEnv& env, std::chrono
 
 void agree_on_world(c10d::Store& store, const ClusterEnv& env, const std::string& address,
                     std::chrono::milliseconds timeout, const std::function<std::string()>& peer_failure,
-                    PeerWatchdog* watchdog) {
+                    PeerWatchdog* watchdog, const std::string& job_config) {
   View me;
   me.rank = env.rank;
   me.world = env.world_size;
@@ -170,6 +200,7 @@ void agree_on_world(c10d::Store& store, const ClusterEnv& env, const std::string
   me.host = host_name();
   claim_rank(store, me, watchdog);
   set_string(store, where_key(me.rank), str_cat(me.node, " ", me.host, address.empty() ? "" : " (" + address + ")"));
+  if (!job_config.empty()) set_string(store, config_key(me.rank), job_config);  // before the view
   const int64_t index = store.add(kViewsKey, 1) - 1;
   set_string(store, view_key(index), me.encode());
   store.add(kJoinedKey, 1);
@@ -178,7 +209,13 @@ void agree_on_world(c10d::Store& store, const ClusterEnv& env, const std::string
     return;
   }
   try {
-    wait_for_ranks(store, me, timeout, peer_failure, watchdog);
+    wait_for_ranks(store, me, timeout, peer_failure, watchdog, job_config);
+  } catch (const ConfigError& e) {
+    try {
+      set_string(store, kVerdictKey, kConfigVerdict + e.what());
+    } catch (const std::exception&) {
+    }
+    throw;
   } catch (const DistributedError& e) {
     try {
       set_string(store, kVerdictKey, str_cat(e.what(), " (seen by rank 0)"));
@@ -188,6 +225,10 @@ void agree_on_world(c10d::Store& store, const ClusterEnv& env, const std::string
   }
   set_string(store, kVerdictKey, "ok");
 }
+
+bool ranks_joined(c10d::Store& store) { return store.check({kJoinedKey}); }
+
+void refuse_ranks(c10d::Store& store, const std::string& reason) { set_string(store, kVerdictKey, reason); }
 
 std::vector<RankPlace> read_layout(c10d::Store& store, int64_t world_size) {
   std::vector<RankPlace> out(static_cast<size_t>(world_size));

@@ -30,9 +30,18 @@ c10::intrusive_ptr<c10d::Store> connect_store(const ClusterEnv& env, std::chrono
 /// The agreement above, on every rank; `address` is this rank's network address (for messages).
 /// `watchdog` (null in a world of one) reports a peer that dies meanwhile. Throws DistributedError
 /// naming the conflict or the ranks that did not join.
+/// `job_config` (a YAML map, "" = none) is compared with rank 0's as each rank joins: a difference
+/// is a ConfigError on every rank naming the first differing key.
 void agree_on_world(c10d::Store& store, const ClusterEnv& env, const std::string& address,
                     std::chrono::milliseconds timeout, const std::function<std::string()>& peer_failure,
-                    PeerWatchdog* watchdog);
+                    PeerWatchdog* watchdog, const std::string& job_config = "");
+
+/// Whether some rank has begun agree_on_world on `store`. A restart agent (trainer.max_restarts)
+/// serves or reaches the agents' store at MASTER_ADDR:MASTER_PORT; a rank there means that a node
+/// was started without restarts, which no agent would ever meet.
+bool ranks_joined(c10d::Store& store);
+/// Ends agree_on_world on every rank waiting on `store` with `reason` (a DistributedError there).
+void refuse_ranks(c10d::Store& store, const std::string& reason);
 
 /// Every rank's node and host as published in agree_on_world (index: rank); call after it.
 std::vector<RankPlace> read_layout(c10d::Store& store, int64_t world_size);

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include "volt/core/compat.h"
 #include "volt/core/errors.h"
 
 namespace volt {
@@ -74,6 +75,9 @@ void ParallelStrategy::setup_environment() {
     // works: NCCL refuses two ranks on one device).
     const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
     device_index_ = gpus > 0 ? env_.local_rank % gpus : 0;
+    // The current device too: NCCL stages small CPU tensors (flags, norms) on the current GPU, which
+    // would be GPU 0 for every local rank (NCCL: "Duplicate GPU detected").
+    compat::set_cuda_device(device_index_);
     VOLT_CHECK(!(backend_ == "nccl" && env_.local_world_size > gpus), DistributedError,
                "process_group_backend "
                "'nccl' needs one GPU per rank, but ",
@@ -86,6 +90,7 @@ void ParallelStrategy::setup_environment() {
       env_.local_world_size > static_cast<int64_t>(torch::cuda::device_count()))
     o.backend = "gloo";
   o.timeout = timeout_;
+  o.job_config = job_config_;
   o.liveness = LivenessOptions::from_env();
   // A launched rank posts its launcher's death (see [Note: the launcher's death]).
   o.peer_failure = [] { return detail::launcher_death(); };

@@ -34,6 +34,10 @@ class ParallelStrategy : public Strategy {
   void wait_for_ranks();
   void on_exception(const std::exception& error) override;
 
+  /// A YAML map every rank must hold alike, compared by the rendezvous of setup_environment
+  /// (ProcessGroupOptions::job_config); the Trainer gives its options (trainer/config_agreement.h).
+  void set_job_config(std::string yaml) { job_config_ = std::move(yaml); }
+
   ProcessGroup& process_group();
   /// The mesh of mesh_layout(), built with the world group.
   DeviceMesh& device_mesh();
@@ -53,6 +57,7 @@ class ParallelStrategy : public Strategy {
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<ProcessGroup> pg_;
   std::unique_ptr<DeviceMesh> mesh_;
+  std::string job_config_;
 
  private:
   /// Starts this node's ranks (no cluster launcher), or checks the cluster's layout against

@@ -26,6 +26,12 @@
 namespace volt {
 
 namespace {
+/// The trainer options every rank's rendezvous compares (trainer/config_agreement.h).
+void give_job_config(Strategy& strategy, const TrainerOptions& options) {
+  if (auto* p = dynamic_cast<ParallelStrategy*>(&strategy))
+    p->set_job_config(YAML::Dump(detail::shared_trainer_config(options)));
+}
+
 TrainerOptions validated(TrainerOptions o) {
   o.validate();
   o.apply_debugging_flags();
@@ -118,6 +124,7 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
   }
   strategy_->enable_cuda_graphs(options_.cuda_graph);
 
+  give_job_config(*strategy_, options_);
   strategy_->setup_environment();
   detail::check_ranks_share_config(*strategy_, detail::shared_config(options_, module.hparams()));
   spdlog::set_pattern(strategy_->world_size() > 1
@@ -266,6 +273,7 @@ void Trainer::finish(LightningModule& module, const std::string& stage) {
 }
 
 void Trainer::prepare_data(LightningDataModule& datamodule, const std::string& stage) {
+  give_job_config(*strategy_, options_);
   strategy_->setup_environment();  // the process group: the other ranks wait for rank 0's files
   data_connector_.prepare(datamodule, stage);
   prepared_ = &datamodule;

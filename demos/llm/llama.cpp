@@ -153,15 +153,12 @@ torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tenso
   torch::Tensor out;
 #if VOLT_HAVE_SDPA
   // Flash kernels take the causal mask as a flag: exact only when queries and keys start together.
-  // Where they take grouped heads, k and v are not repeated: at 8 x 2048 tokens, 16 query heads and
-  // 8 kv heads of 128, that is 67 MB a layer kept for backward and about 0.4 GB of copies a layer.
-  if (x.is_cuda() && past == 0) {
-    if (!compat::kGroupedQueryAttention) {
-      k = repeat_kv(k, n_rep);
-      v = repeat_kv(v, n_rep);
-    }
+  // Where they take grouped heads, k and v are not repeated (compat::causal_attention): at 8 x 2048
+  // tokens, 16 query heads and 8 kv heads of 128, 67 MB a layer less kept for backward and about
+  // 0.4 GB of copies a layer less.
+  if (x.is_cuda() && past == 0)
     out = compat::causal_attention(q, k, v, p);
-  } else
+  else
 #endif
     out = exact_causal_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), past, p, is_training());
   return o_proj(out.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));

@@ -206,3 +206,35 @@ TEST_CASE("max_restarts across 2 hosts: a rank on the second host dies, every ra
   // 2 hosts x 1 rank with batch 4 is the same global batch as 1 host x 2 ranks: the same run.
   CHECK(max_state_diff(read_worker_output(dir + "/o.pt").state, whole.state) == 0.0);
 }
+
+TEST_CASE("max_restarts on one node only: both nodes end within seconds, naming trainer.max_restarts",
+          "[agent][multirank][config]") {
+  for (const int agent_node : {0, 1}) {
+    DYNAMIC_SECTION("the agent on node " << agent_node) {
+      const std::string dir = temp_dir("agent-one-node");
+      const std::string port = std::to_string(volt::detail::find_free_port());
+      std::vector<std::vector<std::string>> argvs;
+      std::vector<std::map<std::string, std::string>> envs;
+      for (int h = 0; h < 2; ++h) {
+        auto kv = restartable(dir, "ddp");
+        kv["trainer.devices"] = "1";
+        kv["trainer.num_nodes"] = "2";
+        kv["trainer.max_restarts"] = h == agent_node ? "1" : "0";
+        argvs.push_back(worker_argv(dir + "/o.pt", kv));
+        envs.push_back({{"NODE_RANK", std::to_string(h)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+      }
+      const auto start = std::chrono::steady_clock::now();
+      const auto codes = run_processes(argvs, envs, 120, dir + "/host");
+      const std::string log0 = read_text(dir + "/host.0.log"), log1 = read_text(dir + "/host.1.log");
+      INFO(log0 << "\n---\n" << log1);
+      CHECK(codes[0] != 0);
+      CHECK(codes[1] != 0);
+      CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));  // not the 10-minute join
+      const std::string& agent_log = agent_node == 0 ? log0 : log1;
+      const std::string& rank_log = agent_node == 0 ? log1 : log0;
+      CHECK_THAT(agent_log, Contains("a rank, not a restart agent, joined the agents' store") &&
+                                Contains("every node must be started with the same trainer.max_restarts"));
+      CHECK_THAT(rank_log, Contains("is a restart agent") && Contains("the same trainer.max_restarts"));
+    }
+  }
+}

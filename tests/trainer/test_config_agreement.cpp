@@ -1,6 +1,7 @@
 // Ranks started with different configs (trainer/config_agreement.h): every rank fails at once with
-// a ConfigError naming the key and both values, instead of waiting in different collectives until
-// the timeout; node-local keys may differ. Each rank is this test binary running the hidden case
+// a ConfigError naming the key and both values, instead of waiting in different collectives (or in
+// building different meshes) until the timeout; node-local keys may differ. Each rank is this test binary running the
+// hidden case
 // "[config_agreement_scenario]" under a simulated torchrun environment.
 #include <torch/torch.h>
 
@@ -18,8 +19,8 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-/// Runs 2 ranks of FSDP (max_steps 4) where rank 1 takes `edit` ("key=value": max_steps=3,
-/// strategy=ddp, root=other); returns each rank's outcome ("ok" or the error's type and text).
+/// Runs 2 ranks of FSDP (max_steps 4) where rank 1 takes `edit` (max_steps=3, strategy=ddp, grad_op,
+/// root=other, lr=0.5, quiet); returns each rank's outcome ("ok" or the error's type and text).
 std::vector<std::string> run_ranks(const std::string& dir, const std::string& edit) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const int port = volt::detail::find_free_port();
@@ -38,6 +39,20 @@ std::vector<std::string> run_ranks(const std::string& dir, const std::string& ed
   return {read_text(dir + "/outcome.0"), read_text(dir + "/outcome.1")};
 }
 
+/// BoringModel with its lr as hparams(), as a LightningModule's options are.
+class WithHparams : public BoringModel {
+ public:
+  explicit WithHparams(const BoringOptions& o) : BoringModel(o), lr_(o.lr) {}
+  YAML::Node hparams() const override {
+    YAML::Node n(YAML::NodeType::Map);
+    n["lr"] = lr_;
+    return n;
+  }
+
+ private:
+  double lr_;
+};
+
 }  // namespace
 
 TEST_CASE("Config agreement scenario rank (started by the tests below)", "[.][config_agreement_scenario]") {
@@ -46,15 +61,19 @@ TEST_CASE("Config agreement scenario rank (started by the tests below)", "[.][co
   const std::string rank = std::getenv("RANK");
   const std::string edit = std::getenv("VOLT_CFG_EDIT");
   TrainerOptions t = quiet_options(std::string(root) + (edit == "root=other" ? "/other" : "/run"));
+  t.enable_model_summary = edit != "quiet";
   t.logger = false;
   t.enable_checkpointing = false;
   t.devices = 2;
   t.max_steps = edit == "max_steps=3" ? 3 : 4;
   t.strategy = edit == "strategy=ddp" ? "ddp" : "fsdp";
+  if (edit == "grad_op") t.strategy.fsdp.sharding_strategy = "SHARD_GRAD_OP";
   t.strategy.ddp.timeout = 600;
   t.strategy.fsdp.timeout = 600;
   torch::manual_seed(1);  // the same initial weights on both ranks
-  BoringModel model;
+  BoringOptions mo;
+  mo.lr = edit == "lr=0.5" ? 0.5 : 0.25;
+  WithHparams model(mo);
   DataLoader loader(std::make_shared<RandomDataset>(32), DataLoaderOptions{4, false, false, 0});
   std::string outcome = "ok";
   try {
@@ -80,8 +99,21 @@ TEST_CASE("Ranks with different trainer options fail at once, every rank naming 
       CHECK_THAT(
           o, Contains("ConfigError: config key 'trainer.strategy") && Contains("on rank 1 but") && Contains("fsdp"));
   }
-  SECTION("default_root_dir is the node's own") {
-    for (const auto& o : run_ranks(temp_dir("cfg-root"), "root=other")) CHECK(o == "ok");
+  SECTION("sharding strategy (refused by the rendezvous, before any sub-group is built)") {
+    for (const auto& o : run_ranks(temp_dir("cfg-grad-op"), "grad_op"))
+      CHECK_THAT(o, Contains("ConfigError: config key 'trainer.strategy.sharding_strategy' is 'SHARD_GRAD_OP' on "
+                             "rank 1 but 'FULL_SHARD' on rank 0"));
+  }
+  SECTION("default_root_dir (where every rank reads its checkpoints)") {
+    for (const auto& o : run_ranks(temp_dir("cfg-root"), "root=other"))
+      CHECK_THAT(o, Contains("ConfigError: config key 'trainer.default_root_dir'"));
+  }
+  SECTION("the model's hyper-parameters") {
+    for (const auto& o : run_ranks(temp_dir("cfg-lr"), "lr=0.5"))
+      CHECK_THAT(o, Contains("ConfigError: config key 'model.lr' is '0.5' on rank 1 but '0.25' on rank 0"));
+  }
+  SECTION("a node-local key (the model summary) may differ") {
+    for (const auto& o : run_ranks(temp_dir("cfg-quiet"), "quiet")) CHECK(o == "ok");
   }
 }
 
@@ -106,8 +138,8 @@ TEST_CASE("first_difference names the first differing key, nested, in lists, and
              Contains("config key 'trainer.strategy' is 'fsdp' on rank 1 but {name: fsdp} on rank 0"));
   // The node-local keys are left out; the model's hyper-parameters are in.
   TrainerOptions a, b;
-  b.default_root_dir = "/elsewhere";
   b.enable_progress_bar = false;
+  b.logger = false;
   const YAML::Node h = YAML::Load("{hidden: 8}");
   CHECK(first_difference(volt::detail::shared_config(b, h), volt::detail::shared_config(a, h), 1).empty());
   b.max_steps = 9;

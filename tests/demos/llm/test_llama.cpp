@@ -389,7 +389,6 @@ namespace {
 /// causal_attention with k and v of 2 heads for q's 4, against the same with k and v repeated to 4
 /// heads (query head j reads kv head j / 2): outputs and the gradients of q, k and v.
 void check_grouped_attention(torch::Device device, torch::ScalarType dtype, double tol) {
-  REQUIRE(volt::compat::kGroupedQueryAttention);
   torch::manual_seed(5);
   const auto opts = torch::TensorOptions().device(device).dtype(dtype);
   const auto q = torch::randn({2, 4, 48, 64}, opts).requires_grad_(true);
@@ -411,17 +410,26 @@ void check_grouped_attention(torch::Device device, torch::ScalarType dtype, doub
 }  // namespace
 
 TEST_CASE("causal_attention takes k and v with fewer heads than q (grouped-query), as if repeated", "[llm]") {
-  if (!volt::compat::kGroupedQueryAttention) {
-    SUCCEED("LibTorch " TORCH_VERSION " has no enable_gqa: LlamaAttention repeats k and v");
-    return;
-  }
   check_grouped_attention(torch::kCPU, torch::kFloat, 1e-5);
+  // Heads that do not divide: refused, naming both counts.
+  const auto q = torch::randn({1, 4, 8, 16}), kv = torch::randn({1, 3, 8, 16});
+  CHECK_THROWS_WITH(volt::compat::causal_attention(q, kv, kv, 0.0), Catch::Contains("3 kv heads do not divide 4"));
 }
 
-TEST_CASE("causal_attention with grouped heads on CUDA (bf16 fused kernels) equals repeated k and v", "[cuda][llm]") {
+TEST_CASE(
+    "causal_attention with grouped heads on CUDA equals repeated k and v (bf16: a fused kernel takes them "
+    "as they are; float32: repeated)",
+    "[cuda][llm]") {
   if (volt::testing::no_cuda()) return;
   check_grouped_attention(torch::kCUDA, torch::kBFloat16, 2e-2);
   check_grouped_attention(torch::kCUDA, torch::kFloat, 1e-4);
+#if VOLT_TORCH_AT_LEAST(2, 5)
+  // The Llama's case (bf16, head width 128): a fused kernel, not the math fallback, so that k and v
+  // are not repeated (-1 error, 0 math).
+  const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto q = torch::randn({2, 16, 256, 128}, o), kv = torch::randn({2, 8, 256, 128}, o);
+  CHECK(at::_fused_sdp_choice(q, kv, kv, c10::nullopt, 0.0, true, c10::nullopt, true) > 0);
+#endif
 }
 #endif
 
