@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "volt/checkpoint/state_layout.h"
 #include "volt/core/errors.h"
 #include "volt/trainer/trainer.h"
@@ -16,16 +18,23 @@ namespace detail {
 
 void validate_averaging_device(const std::optional<std::string>& device, const std::string& key) {
   if (!device) return;
-  bool ok = !device->empty();
-  if (ok) {
+  std::optional<torch::Device> d;
+  if (!device->empty()) {
     try {
-      (void)torch::Device(*device);
+      d.emplace(*device);
     } catch (const std::exception&) {
-      ok = false;
     }
   }
-  VOLT_CHECK(ok, ConfigError, "config key '", key, "': '", *device,
+  VOLT_CHECK(d.has_value(), ConfigError, "config key '", key, "': '", *device,
              "' is not a device (expected e.g. 'cpu', 'cuda', 'cuda:1', or null for the weights' own device)");
+  VOLT_CHECK(d->is_cpu() || (d->is_cuda() && torch::cuda::is_available()), ConfigError, "config key '", key, "': '",
+             *device, "' is ",
+             d->is_cuda() ? "a GPU, and this LibTorch sees none (a CPU-only build, or no visible GPU)"
+                          : "not a device volt keeps weights on",
+             "; use 'cpu', or null for the weights' own device");
+  if (d->is_cuda() && d->has_index())
+    VOLT_CHECK(d->index() < static_cast<int>(torch::cuda::device_count()), ConfigError, "config key '", key, "': '",
+               *device, "' names GPU ", d->index(), ", and ", torch::cuda::device_count(), " are visible");
 }
 
 AveragedWeights::AveragedWeights(std::string device, bool buffers, bool average_buffers)

@@ -27,8 +27,12 @@ struct CheckpointMeta;
 class Callback : public Stateful {
  public:
   virtual ~Callback() = default;
-  /// Identifies this callback's state in a checkpoint (default: its type name).
+  /// Identifies this callback's state in a checkpoint (default: its type name). Stateful callbacks
+  /// of one Trainer must have distinct keys (a ConfigError at set-up otherwise).
   virtual std::string state_key() const = 0;
+  /// Keys earlier volt versions saved this callback's state under, read when a checkpoint has none
+  /// under state_key() (Lightning's _legacy_state_key).
+  virtual std::vector<std::string> legacy_state_keys() const { return {}; }
 
   virtual void setup(Trainer&, LightningModule&, const std::string& stage) {}
   virtual void teardown(Trainer&, LightningModule&, const std::string& stage) {}

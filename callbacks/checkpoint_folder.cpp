@@ -1,11 +1,13 @@
 #include "volt/callbacks/checkpoint_folder.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <regex>
+#include <utility>
 
 #include "volt/checkpoint/temp_file.h"
 #include "volt/core/errors.h"
@@ -21,13 +23,20 @@ std::string newest_last_checkpoint(const std::string& dir) {
   std::error_code ec;
   std::string newest, dangling;
   fs::file_time_type newest_time{};
+  struct timespec dangling_time {};
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (!std::regex_match(name, last_name)) continue;
     std::error_code tec;
     const auto when = fs::last_write_time(e.path(), tec);  // follows a link
     if (tec) {
-      if (fs::is_symlink(e.path(), tec)) dangling = e.path().string();
+      struct stat st {};
+      if (fs::is_symlink(e.path(), tec) && ::lstat(e.path().c_str(), &st) == 0 &&
+          (dangling.empty() || std::make_pair(st.st_mtim.tv_sec, st.st_mtim.tv_nsec) >
+                                   std::make_pair(dangling_time.tv_sec, dangling_time.tv_nsec))) {
+        dangling = e.path().string();
+        dangling_time = st.st_mtim;
+      }
       continue;
     }
     // Equal times (a coarse clock): the higher version is the later one.
@@ -41,7 +50,15 @@ std::string newest_last_checkpoint(const std::string& dir) {
       newest_time = when;
     }
   }
-  if (newest.empty() && !dangling.empty()) {
+  // A dangling link newer than every whole last checkpoint was the run's latest: resuming from an
+  // older one would silently go back. (The link's own time: when it was made to point there.)
+  auto newer_than_newest = [&] {
+    struct stat st {};
+    if (newest.empty() || ::stat(newest.c_str(), &st) != 0) return true;
+    return std::make_pair(dangling_time.tv_sec, dangling_time.tv_nsec) >
+           std::make_pair(st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  };
+  if (!dangling.empty() && newer_than_newest()) {
     std::error_code rec;
     throw CheckpointError(detail::str_cat("'", dangling, "' is a link to '", fs::read_symlink(dangling, rec).string(),
                                           "', which no longer exists; resume from another checkpoint in '", dir, "'"));

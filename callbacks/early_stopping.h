@@ -47,7 +47,13 @@ struct EarlyStoppingOptions {
 class EarlyStopping : public Callback {
  public:
   explicit EarlyStopping(EarlyStoppingOptions options);
-  std::string state_key() const override { return "EarlyStopping{monitor=" + options_.monitor + "}"; }
+  /// As Lightning's: "EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}".
+  std::string state_key() const override {
+    return "EarlyStopping{'monitor': '" + options_.monitor + "', 'mode': '" + options_.mode + "'}";
+  }
+  std::vector<std::string> legacy_state_keys() const override {
+    return {"EarlyStopping{monitor=" + options_.monitor + "}"};
+  }
   void setup(Trainer&, LightningModule&, const std::string& stage) override;
   void teardown(Trainer&, LightningModule&, const std::string& stage) override;
   void on_validation_end(Trainer&, LightningModule&) override;

@@ -10,6 +10,7 @@
 
 #include "volt/callbacks/plot_image.h"
 #include "volt/core/files.h"
+#include "volt/core/signals.h"
 #include "volt/trainer/trainer.h"
 
 namespace volt {
@@ -129,6 +130,16 @@ void LearningRateFinder::on_fit_start(Trainer& trainer, LightningModule& module)
   trainer.restore_checkpoint_in_fit(ckpt);
   trainer.strategy().barrier("lr_find");
   if (trainer.is_global_zero()) detail::remove_tree(ckpt);
+  if (interrupted_) {
+    // A search cut short says little; the restored learning rates stand.
+    if (trainer.is_global_zero())
+      spdlog::warn("LearningRateFinder: stopped by a signal after {} of {} steps; no learning rate is suggested",
+                   lrs_.size(), options_.num_training_steps);
+    lrs_.clear();
+    losses_.clear();
+    optimal_lr_.reset();
+    return;
+  }
   if (static_cast<int64_t>(lrs_.size()) != options_.num_training_steps)
     spdlog::info("LR finder stopped early after {} steps due to diverging loss.", lrs_.size());
   optimal_lr_.reset();
@@ -162,7 +173,13 @@ void LearningRateFinder::search(Trainer& trainer, LightningModule& module) {
   Batches batches{loader, trainer.num_training_batches()};
   module.train();
   double avg = 0, best = 0;
+  interrupted_ = false;
   for (int64_t k = 0; k < options_.num_training_steps; ++k) {
+    // A stop signal ends the search (all ranks agree); fit then stops at its first step.
+    if (strategy.reduce_boolean_decision(detail::StopSignals::requested() != 0, /*all=*/false)) {
+      interrupted_ = true;
+      break;
+    }
     const double lr = lr_at(k);
     set_lr(opt, lr);
     torch::Tensor loss;

@@ -75,6 +75,7 @@ class LearningRateFinder : public Callback {
   void plot(const std::string& path) const;
   Options options_;
   std::vector<double> lrs_, losses_;
+  bool interrupted_ = false;  // the last search ended by a stop signal
   std::optional<double> optimal_lr_;
   std::string plot_path_;
 };

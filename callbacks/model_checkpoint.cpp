@@ -14,6 +14,7 @@
 #include <memory>
 #include <sstream>
 
+#include "volt/checkpoint/comm_text.h"
 #include "volt/checkpoint/temp_file.h"
 #include "volt/core/files.h"
 #include "volt/trainer/trainer.h"
@@ -28,21 +29,9 @@ namespace {
 // rank 0's view of the monitored metric decides for all: a metric logged without sync_dist may
 // differ between ranks.
 
-/// Rank 0's `x` on every rank.
-double from_rank0(Trainer& t, double x) {
-  if (t.world_size() == 1) return x;
-  return t.strategy().broadcast(torch::tensor({x}, torch::kDouble), 0).item<double>();
-}
-
 /// Rank 0's `s` on every rank.
 std::string from_rank0(Trainer& t, const std::string& s) {
-  if (t.world_size() == 1) return s;
-  const auto n = static_cast<int64_t>(from_rank0(t, static_cast<double>(s.size())));
-  if (n == 0) return {};
-  torch::Tensor bytes = torch::zeros({n}, torch::kUInt8);
-  if (t.is_global_zero()) std::memcpy(bytes.data_ptr<uint8_t>(), s.data(), static_cast<size_t>(n));
-  bytes = t.strategy().broadcast(bytes, 0);
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
+  return detail::broadcast_text(t.strategy().state_comm(), s, 0);
 }
 
 /// Whether rank 0 has `monitor` in its callback metrics, and its value there.
@@ -56,6 +45,38 @@ std::pair<bool, double> monitored_on_rank0(Trainer& t, const std::string& monito
 }  // namespace
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) { options_.validate(); }
+
+namespace {
+/// Python's repr of a timedelta of `seconds` (Lightning's state key prints train_time_interval so).
+std::string timedelta_repr(double seconds) {
+  auto micros = static_cast<int64_t>(std::llround(seconds * 1e6));
+  const int64_t days = micros / 86400000000LL;
+  micros -= days * 86400000000LL;
+  const int64_t secs = micros / 1000000;
+  micros -= secs * 1000000;
+  std::string out;
+  auto part = [&](const char* name, int64_t v) {
+    if (v == 0) return;
+    out += (out.empty() ? "" : ", ") + std::string(name) + "=" + std::to_string(v);
+  };
+  part("days", days);
+  part("seconds", secs);
+  part("microseconds", micros);
+  return "datetime.timedelta(" + (out.empty() ? std::string("0") : out) + ")";
+}
+}  // namespace
+
+std::string ModelCheckpoint::state_key() const {
+  const ModelCheckpointOptions& o = options_;
+  // Lightning's __init_triggers: the default every_n_epochs=1 gives way to the other triggers.
+  const bool other = o.every_n_train_steps > 0 || o.train_time_interval.seconds > 0;
+  const int64_t every_n_epochs = other && o.every_n_epochs == 1 ? 0 : o.every_n_epochs;
+  return detail::str_cat("ModelCheckpoint{'monitor': ", o.monitor.empty() ? "None" : "'" + o.monitor + "'",
+                         ", 'mode': '", o.mode, "', 'every_n_train_steps': ", o.every_n_train_steps,
+                         ", 'every_n_epochs': ", every_n_epochs, ", 'train_time_interval': ",
+                         o.train_time_interval.seconds > 0 ? timedelta_repr(o.train_time_interval.seconds) : "None",
+                         "}");
+}
 
 std::string ModelCheckpoint::dir(const Trainer& t) const {
   return options_.dirpath.empty() ? (fs::path(t.options().default_root_dir) / "checkpoints").string()
@@ -280,7 +301,9 @@ void ModelCheckpoint::save_last(Trainer& t) {
 void ModelCheckpoint::on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor&, const Batch&, int64_t) {
   bool due =
       options_.every_n_train_steps > 0 && t.global_step() > 0 && t.global_step() % options_.every_n_train_steps == 0;
-  if (options_.train_time_interval > 0) {
+  // Not inside an accumulation window: its gradients would not be in the checkpoint (see
+  // [Note: whole accumulation windows] in trainer/fit_loop.h). Every rank is at the same batch.
+  if (options_.train_time_interval > 0 && !t.accumulating_gradients()) {
     const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     // Every rank must agree, or some would enter the collective save and others not.
     bool time_due = t.strategy().reduce_boolean_decision(now - last_time_save_ >= options_.train_time_interval, false);

@@ -19,7 +19,11 @@ namespace volt {
 class ModelCheckpoint : public Callback {
  public:
   explicit ModelCheckpoint(ModelCheckpointOptions options = {});
-  std::string state_key() const override { return "ModelCheckpoint"; }
+  /// As Lightning's: the class and its monitor, mode and triggers, e.g. "ModelCheckpoint{'monitor':
+  /// 'val_loss', 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1,
+  /// 'train_time_interval': None}", so that two of them keep their own states in one checkpoint.
+  std::string state_key() const override;
+  std::vector<std::string> legacy_state_keys() const override { return {"ModelCheckpoint"}; }
 
   /// In fit, rank 0 locks the checkpoint folder for this run (a second run writing there fails at
   /// once; the ModelCheckpoints of one Trainer share the folder), removes what an interrupted save left (`*.partial`

@@ -124,6 +124,16 @@ std::string printf_spec(const std::string& spec, bool integer) {
 }  // namespace
 
 void check_checkpoint_filename(const std::string& filename) {
+  // Subfolders are fine ("{epoch}/{step}"); leaving the checkpoint folder is not: ModelCheckpoint
+  // would write where it never prunes or locks.
+  VOLT_CHECK(filename.front() != '/', ConfigError, "ModelCheckpoint.filename: '", filename,
+             "' is an absolute path; give the folder as dirpath and a name relative to it as filename");
+  for (size_t start = 0; start <= filename.size();) {
+    const size_t slash = std::min(filename.find('/', start), filename.size());
+    VOLT_CHECK(filename.compare(start, slash - start, "..") != 0, ConfigError, "ModelCheckpoint.filename: '", filename,
+               "' leads out of the checkpoint folder ('..'); give the folder as dirpath instead");
+    start = slash + 1;
+  }
   for (auto it = std::sregex_iterator(filename.begin(), filename.end(), filename_field()); it != std::sregex_iterator();
        ++it) {
     const std::string key = (*it)[1];

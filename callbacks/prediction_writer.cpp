@@ -42,7 +42,7 @@ torch::Tensor index_tensor(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-void PredictionWriterOptions::validate() { write_interval.validate("write_interval"); }
+void PredictionWriterOptions::validate() { write_interval.validate("PredictionWriter.write_interval"); }
 
 PredictionWriter::PredictionWriter(PredictionWriterOptions options) : options_(std::move(options)) {
   options_.validate();

@@ -89,7 +89,10 @@ std::string find_batch_norm(LightningModule& m) {
 }  // namespace
 
 void StochasticWeightAveraging::setup(Trainer&, LightningModule& m, const std::string& stage) {
-  if (stage != "fit") return;
+  if (stage != "fit") {
+    fitting_ = false;  // a fit that ended in an error did not reach on_fit_end
+    return;
+  }
   const std::string bn = find_batch_norm(m);
   VOLT_CHECK(bn.empty(), ConfigError, "StochasticWeightAveraging: the model has a BatchNorm module ('", bn,
              "'), whose running statistics would not match the averaged weights (volt does not recompute them): "
@@ -99,6 +102,7 @@ void StochasticWeightAveraging::setup(Trainer&, LightningModule& m, const std::s
   started_ = false;
   start_lrs_.clear();
   latest_update_epoch_ = -1;
+  pending_epoch_ = -1;
 }
 
 void StochasticWeightAveraging::on_fit_start(Trainer& t, LightningModule&) {
@@ -118,7 +122,15 @@ void StochasticWeightAveraging::on_fit_start(Trainer& t, LightningModule&) {
   swa_end_ = max_epochs - 1;
 }
 
-void StochasticWeightAveraging::on_fit_end(Trainer&, LightningModule&) { fitting_ = false; }
+void StochasticWeightAveraging::on_fit_end(Trainer& t, LightningModule& m) {
+  // As WeightAveraging's [Note: the final average]: an epoch cut short counts only now, after the
+  // checkpoints of fit's end, and the model takes the average after them too.
+  if (pending_epoch_ >= 0) epoch_update(t, m, pending_epoch_);
+  pending_epoch_ = -1;
+  // As Lightning: only a fit that reached SWA's last epoch ends with the averaged weights.
+  if (!averaged_.empty() && latest_update_epoch_ == swa_end_) averaged_.copy_to_model(t, m);
+  fitting_ = false;
+}
 
 bool StochasticWeightAveraging::in_swa(int64_t epoch) const {
   return fitting_ && epoch >= swa_start_ && epoch <= swa_end_;
@@ -174,13 +186,19 @@ void StochasticWeightAveraging::on_train_batch_end(Trainer& t, LightningModule&,
 }
 
 void StochasticWeightAveraging::on_train_epoch_end(Trainer& t, LightningModule& m) {
-  epoch_update(t, m, t.current_epoch());
+  if (t.epoch_finished())
+    epoch_update(t, m, t.current_epoch());
+  else if (in_swa(t.current_epoch()))
+    pending_epoch_ = t.current_epoch();  // counted in on_fit_end
 }
 
 void StochasticWeightAveraging::on_train_end(Trainer& t, LightningModule& m) {
   if (t.current_epoch() > 0) epoch_update(t, m, t.current_epoch() - 1);  // as in on_train_epoch_start
-  // As Lightning: only a fit that reached SWA's last epoch ends with the averaged weights.
-  if (!averaged_.empty() && latest_update_epoch_ == swa_end_) averaged_.copy_to_model(t, m);
+}
+
+void StochasticWeightAveraging::on_exception(Trainer&, LightningModule&, const std::exception&) {
+  // Still fitting: an OnExceptionCheckpoint (run after this) saves the average with the checkpoint.
+  pending_epoch_ = -1;
 }
 
 void StochasticWeightAveraging::on_save_checkpoint(Trainer&, LightningModule&, CheckpointMeta& meta) {

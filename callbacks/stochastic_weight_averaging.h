@@ -2,8 +2,9 @@
 /// StochasticWeightAveraging (SWA), as Lightning's callback of that name: from epoch
 /// `swa_epoch_start` on, the learning rate of every param group is annealed to `swa_lrs` over
 /// `annealing_epochs` epochs (torch's SWALR, "cos" or "linear"), and the weights are averaged
-/// (equally, or by `avg_fn`) at the end of each of those epochs; at the end of training, when it
-/// reached the last epoch, the averaged weights go into the model.
+/// (equally, or by `avg_fn`) at the end of each of those epochs; when fit ends (on_fit_end, after
+/// the checkpoints of its end, which keep the trained weights), if it reached the last epoch, the
+/// averaged weights go into the model.
 ///
 /// Where volt differs from Lightning:
 ///   - The average is updated at the end of each SWA epoch (epochs swa_start..max_epochs-1, the
@@ -100,7 +101,7 @@ class StochasticWeightAveraging : public Callback {
                           int64_t batch_idx) override;
   void on_train_epoch_end(Trainer&, LightningModule&) override;
   void on_train_end(Trainer&, LightningModule&) override;
-  void on_exception(Trainer&, LightningModule&, const std::exception&) override { fitting_ = false; }
+  void on_exception(Trainer&, LightningModule&, const std::exception&) override;
   void on_save_checkpoint(Trainer&, LightningModule&, CheckpointMeta&) override;
   void on_load_checkpoint(Trainer&, LightningModule&, const CheckpointMeta&) override;
   YAML::Node state_dict() const override;
@@ -127,6 +128,7 @@ class StochasticWeightAveraging : public Callback {
   AveragingFn avg_fn_;
   detail::AveragedWeights averaged_;
   int64_t swa_start_ = 0, swa_end_ = -1;
+  int64_t pending_epoch_ = -1;     // an epoch cut short, whose update waits for on_fit_end
   bool started_ = false;           // SWA's first epoch began (start_lrs_ hold the LRs then)
   std::vector<double> start_lrs_;  // per param group
   int64_t latest_update_epoch_ = -1;

@@ -23,13 +23,17 @@ bool WeightAveraging::should_update(std::optional<int64_t> step_idx, std::option
 }
 
 void WeightAveraging::setup(Trainer&, LightningModule&, const std::string& stage) {
-  if (stage != "fit") return;
+  if (stage != "fit") {
+    fitting_ = false;  // a fit that ended in an error did not reach on_fit_end
+    return;
+  }
   // A new fit starts a new average; a resumed one gets its state back from the checkpoint next.
   fitting_ = true;
   swapped_ = false;
   averaged_.clear();
   latest_update_step_ = 0;
   latest_update_epoch_ = -1;
+  pending_epoch_ = -1;
 }
 
 void WeightAveraging::on_fit_start(Trainer& t, LightningModule& m) {
@@ -37,7 +41,17 @@ void WeightAveraging::on_fit_start(Trainer& t, LightningModule& m) {
   if (averaged_.empty()) averaged_.snapshot(t, m);
 }
 
-void WeightAveraging::on_fit_end(Trainer&, LightningModule&) { fitting_ = false; }
+void WeightAveraging::on_fit_end(Trainer& t, LightningModule& m) {
+  // [Note: the final average] The epoch that max_steps, should_stop or a Timer cut short counts
+  // now, as Lightning's epoch end counts it, and only now: the checkpoints of its end (last.ckpt
+  // among them) hold the state without it, so a fit resumed from them finishes that epoch and
+  // updates at its real end, as the uninterrupted fit does. The model takes the average after
+  // them too, so they keep the trained weights.
+  if (pending_epoch_ >= 0) epoch_update(t, m, pending_epoch_);
+  pending_epoch_ = -1;
+  if (!averaged_.empty()) averaged_.copy_to_model(t, m);
+  fitting_ = false;
+}
 
 void WeightAveraging::update(Trainer& t, LightningModule& m) { averaged_.update(t, m, avg_fn_); }
 
@@ -63,11 +77,15 @@ void WeightAveraging::on_train_epoch_start(Trainer& t, LightningModule& m) {
   if (t.current_epoch() > 0) epoch_update(t, m, t.current_epoch() - 1);
 }
 
-void WeightAveraging::on_train_epoch_end(Trainer& t, LightningModule& m) { epoch_update(t, m, t.current_epoch()); }
+void WeightAveraging::on_train_epoch_end(Trainer& t, LightningModule& m) {
+  if (t.epoch_finished())
+    epoch_update(t, m, t.current_epoch());
+  else
+    pending_epoch_ = t.current_epoch();  // see [Note: the final average]
+}
 
 void WeightAveraging::on_train_end(Trainer& t, LightningModule& m) {
   if (t.current_epoch() > 0) epoch_update(t, m, t.current_epoch() - 1);  // as in on_train_epoch_start
-  if (!averaged_.empty()) averaged_.copy_to_model(t, m);
 }
 
 void WeightAveraging::on_validation_epoch_start(Trainer& t, LightningModule& m) {
@@ -83,7 +101,9 @@ void WeightAveraging::on_validation_epoch_end(Trainer& t, LightningModule& m) {
 }
 
 void WeightAveraging::on_exception(Trainer& t, LightningModule& m, const std::exception&) {
-  fitting_ = false;
+  // Still fitting: an OnExceptionCheckpoint (which runs after this, with the checkpoint callbacks)
+  // saves the average beside the trained weights, so that its checkpoint resumes as the others.
+  pending_epoch_ = -1;
   // An error during validation: the model gets its trained weights back (a local copy, no collective).
   if (!swapped_) return;
   swapped_ = false;

@@ -2,7 +2,9 @@
 /// WeightAveraging: keeps an averaged copy of the model's weights, updated after optimizer steps
 /// and/or training epochs, as Lightning 2.5's WeightAveraging (torch's AveragedModel): validation
 /// runs on the averaged weights (swapped in at on_validation_epoch_start and back at
-/// on_validation_epoch_end), and at the end of training they are copied into the model.
+/// on_validation_epoch_end), and when fit ends (on_fit_end, after the checkpoints of its end, so
+/// that those keep the trained weights; Lightning copies in on_train_end) they are copied into
+/// the model.
 ///
 /// When it updates is should_update()'s decision (override it; the default: after every optimizer
 /// step); how is the averaging function's (the default: the equally weighted running mean; see
@@ -84,6 +86,7 @@ class WeightAveraging : public Callback {
   detail::AveragedWeights averaged_;
   int64_t latest_update_step_ = 0;    // the global step of the last update after a step
   int64_t latest_update_epoch_ = -1;  // the epoch of the last update after an epoch
+  int64_t pending_epoch_ = -1;        // an epoch cut short, whose update waits for on_fit_end
   bool fitting_ = false;              // between setup("fit") and the end of fit
   bool swapped_ = false;              // the model holds the averaged weights (validation)
 };

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 
+#include "volt/checkpoint/comm_text.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/checkpoint/tensor_archive.h"
 #include "volt/core/errors.h"
@@ -73,16 +74,6 @@ std::string describe_tensors(const std::map<std::string, torch::Tensor>& tensors
   return s;
 }
 
-/// `text` of rank `src` on every rank (collective).
-std::string broadcast_text(StateComm& comm, const std::string& text, int64_t src) {
-  const auto n = static_cast<int64_t>(
-      comm.broadcast(torch::tensor(static_cast<double>(text.size()), torch::kDouble), src).item<double>());
-  torch::Tensor bytes = torch::zeros({std::max<int64_t>(n, 1)}, torch::kUInt8);
-  if (comm.rank() == src) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), static_cast<size_t>(n));
-  bytes = comm.broadcast(bytes, src);
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
-}
-
 /// The first way this rank's tensors (described by `mine`) differ from rank 0's (`ref`).
 std::string first_difference(const std::string& ref, const std::string& mine, int64_t rank) {
   auto parse = [](const std::string& text) {
@@ -119,7 +110,7 @@ void check_same_rank_tensors(StateComm& comm, const std::map<std::string, torch:
   sums[comm.rank()] = static_cast<int64_t>(detail::xxh64(mine.data(), mine.size()));
   sums = comm.all_reduce(sums, ReduceOp::Sum);
   if (sums.eq(sums[0]).all().item<bool>()) return;
-  const std::string ref = broadcast_text(comm, mine, 0);
+  const std::string ref = detail::broadcast_text(comm, mine, 0);
   const std::string diff = first_difference(ref, mine, comm.rank());
   detail::agree_or_throw(
       comm,
@@ -560,23 +551,10 @@ void check_checkpoint_model(const CheckpointReader& ckpt,
 }
 
 void agree_or_throw(StateComm& comm, const std::string& local_error, const std::string& what) {
-  const int64_t world = comm.world_size();
-  // The lowest failing rank (world when none failed), then its message, so every rank's error
-  // says what went wrong and where, whichever rank's log the user reads.
-  const int64_t failing = static_cast<int64_t>(
-      comm.all_reduce(torch::tensor(static_cast<double>(local_error.empty() ? world : comm.rank()), torch::kDouble),
-                      ReduceOp::Min)
-          .item<double>());
-  if (failing >= world) return;
-  const std::string mine = failing == comm.rank() ? local_error : std::string();
-  const auto n = static_cast<int64_t>(
-      comm.broadcast(torch::tensor(static_cast<double>(mine.size()), torch::kDouble), failing).item<double>());
-  torch::Tensor bytes = torch::zeros({std::max<int64_t>(n, 1)}, torch::kUInt8);
-  if (failing == comm.rank()) std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), static_cast<size_t>(n));
-  bytes = comm.broadcast(bytes, failing);
-  const std::string theirs(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
+  const FirstFailure f = first_failure(comm, local_error);
+  if (f.rank >= comm.world_size()) return;
   if (!local_error.empty()) throw CheckpointError(local_error);
-  throw CheckpointError(str_cat(what, " failed on rank ", failing, ": ", theirs));
+  throw CheckpointError(str_cat(what, " failed on rank ", f.rank, ": ", f.message));
 }
 
 }  // namespace detail

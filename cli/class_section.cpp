@@ -54,12 +54,14 @@ YAML::Node class_section_yaml(const ClassSection& section) {
   return out;
 }
 
-void merge_class_section(YAML::Node& root, const std::string& key, const YAML::Node& over) {
+void merge_class_section(YAML::Node& root, const std::string& key, const YAML::Node& over, const std::string& implied) {
   ClassSection base = parse_class_section(root[key], key);
   const ClassSection next = parse_class_section(over, key);
   if (!next.flat) {
-    // Another class: its own defaults, not the earlier class's arguments.
-    if (!next.class_path.empty() && !base.class_path.empty() && next.class_path != base.class_path)
+    // Another class: its own defaults, not the earlier class's arguments (a section without
+    // class_path holds the implied class's).
+    const std::string base_class = base.class_path.empty() ? implied : base.class_path;
+    if (!next.class_path.empty() && !base_class.empty() && next.class_path != base_class)
       base.init_args = YAML::Node(YAML::NodeType::Map);
     if (!next.class_path.empty()) base.class_path = next.class_path;
     base.flat = false;
@@ -68,17 +70,17 @@ void merge_class_section(YAML::Node& root, const std::string& key, const YAML::N
   root[key] = class_section_yaml(base);
 }
 
-void override_class_section(YAML::Node& root, const std::string& key, const std::string& rest,
-                            const std::string& value) {
+void override_class_section(YAML::Node& root, const std::string& key, const std::string& rest, const std::string& value,
+                            const std::string& implied) {
   if (rest.empty() || rest == "class_path") {
     const YAML::Node parsed = parse_value(rest.empty() ? key : key + "." + rest, value);
     if (rest.empty()) {
-      merge_class_section(root, key, parsed);
+      merge_class_section(root, key, parsed, implied);
     } else {
       if (!parsed.IsScalar() || parsed.Scalar().empty()) type_error(key + ".class_path", "a class name", parsed);
       YAML::Node over(YAML::NodeType::Map);
       over["class_path"] = parsed.Scalar();
-      merge_class_section(root, key, over);
+      merge_class_section(root, key, over, implied);
     }
     return;
   }
@@ -91,7 +93,7 @@ void override_class_section(YAML::Node& root, const std::string& key, const std:
   if (arg.empty()) {
     YAML::Node over(YAML::NodeType::Map);
     over["init_args"] = parse_value(key + "." + rest, value);
-    merge_class_section(root, key, over);
+    merge_class_section(root, key, over, implied);
     return;
   }
   apply_override(s.init_args, arg, value);

@@ -27,13 +27,15 @@ YAML::Node class_section_yaml(const ClassSection& section);
 
 /// Merges `over` into the YAML section `base` (either may be absent), in place, as a later config
 /// file does: init_args key by key; naming another class drops the earlier class's init_args.
-/// The result stays flat when both were flat.
-void merge_class_section(YAML::Node& root, const std::string& key, const YAML::Node& over);
+/// The result stays flat when both were flat. `implied` is the class a section without class_path
+/// means (the default or only registered one; "" when none): a flat section's arguments are its.
+void merge_class_section(YAML::Node& root, const std::string& key, const YAML::Node& over,
+                         const std::string& implied = "");
 
 /// Applies the override `--<key>.<rest>=value` to the class section root[key]: `class_path`,
 /// `init_args.X`, and `X` (an init arg, flat or not). `rest` empty: the value replaces the
 /// section as a config file's would (merged).
-void override_class_section(YAML::Node& root, const std::string& key, const std::string& rest,
-                            const std::string& value);
+void override_class_section(YAML::Node& root, const std::string& key, const std::string& rest, const std::string& value,
+                            const std::string& implied = "");
 
 }  // namespace volt::detail

@@ -219,6 +219,14 @@ CLI& CLI::add_link(const std::string& source, const std::string& target, Link ap
   return *this;
 }
 
+std::string CLI::implied_class(const std::string& section) const {
+  auto implied = [](const auto& registry) -> std::string {
+    if (!registry.default_name.empty()) return registry.default_name;
+    return registry.entries().size() == 1 ? registry.entries().front().name : std::string();
+  };
+  return section == "model" ? implied(models_) : implied(datamodules_);
+}
+
 YAML::Node CLI::load(const std::vector<std::string>& config_files, const std::vector<std::string>& overrides) const {
   YAML::Node root(YAML::NodeType::Map);
   for (const auto& path : config_files) {
@@ -227,7 +235,7 @@ YAML::Node CLI::load(const std::vector<std::string>& config_files, const std::ve
     for (const auto& kv : file) {
       const std::string key = kv.first.Scalar();
       if (key == "model" || key == "data") {
-        detail::merge_class_section(root, key, kv.second);
+        detail::merge_class_section(root, key, kv.second, implied_class(key));
       } else {
         YAML::Node one(YAML::NodeType::Map);
         one[key] = kv.second;
@@ -241,7 +249,8 @@ YAML::Node CLI::load(const std::vector<std::string>& config_files, const std::ve
     const std::string head = key.substr(0, key.find('.'));
     detail::check_section_override(key, value);
     if (head == "model" || head == "data")
-      detail::override_class_section(root, head, key.size() > head.size() ? key.substr(head.size() + 1) : "", value);
+      detail::override_class_section(root, head, key.size() > head.size() ? key.substr(head.size() + 1) : "", value,
+                                     implied_class(head));
     else
       apply_override(root, key, value);
   }
@@ -274,7 +283,11 @@ CLI::Resolved CLI::resolve_config(const YAML::Node& config) const {
   } catch (const ConfigError& e) {
     // TrainerOptions lists its own keys; callbacks is read here, beside them.
     const std::string m = e.what();
-    if (m.rfind("unknown config key 'trainer.", 0) != 0 || m.find("valid keys here") == std::string::npos) throw;
+    const std::string head = "unknown config key 'trainer.";
+    const size_t end = m.find('\'', head.size());
+    const bool top_level = m.rfind(head, 0) == 0 && end != std::string::npos &&
+                           m.substr(head.size(), end - head.size()).find_first_of(".[") == std::string::npos;
+    if (!top_level || m.find("valid keys here") == std::string::npos) throw;
     throw ConfigError(m + "; and callbacks (a list of {class_path, init_args})");
   }
   const std::optional<int64_t> seed = top["seed_everything"] ? detail::YamlCodec<std::optional<int64_t>>::decode(

@@ -206,6 +206,8 @@ class CLI {
                                                         const std::string& class_name = "") const;
 
  private:
+  /// The class a model / data section without class_path means: the default, or the only one.
+  std::string implied_class(const std::string& section) const;
   struct Resolved;
   struct LinkSpec {
     std::string source, target_arg;  // target_arg: the init arg's dotted name inside model init_args

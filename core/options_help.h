@@ -101,6 +101,8 @@ class HelpRecorder {
       HelpRecorder sub(full);
       field.visit(sub);
       entries_.insert(entries_.end(), sub.entries_.begin(), sub.entries_.end());
+      // A struct whose keys are its data (GradientAccumulationScheduler's {epoch: factor}): the key itself.
+      if (sub.entries_.empty()) entries_.push_back({full, "map", "{}", ""});
     } else {
       const YAML::Node value = detail::YamlCodec<T>::encode(field);
       std::string type = detail::HelpType<T>::name();

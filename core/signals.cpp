@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 
 namespace volt::detail {
 
@@ -15,9 +16,20 @@ extern "C" void on_stop_signal(int sig) {
   // write(2) is async-signal-safe; spdlog is not. Said once: the handler resets itself.
   static const char kInt[] = "volt: SIGINT received: stopping cleanly (send it again to end the process now)\n";
   static const char kTerm[] = "volt: SIGTERM received: stopping cleanly (send it again to end the process now)\n";
+  // Any other handled signal is a SLURM requeue signal (Trainer's SLURMOptions::requeue_signal).
+  static const char kUsr1[] = "volt: SIGUSR1 received: saving hpc_ckpt and requeueing the SLURM job\n";
+  static const char kUsr2[] = "volt: SIGUSR2 received: saving hpc_ckpt and requeueing the SLURM job\n";
   static const char kOther[] = "volt: stop signal received: stopping cleanly (send it again to end the process now)\n";
-  const char* m = sig == SIGINT ? kInt : sig == SIGTERM ? kTerm : kOther;
-  const size_t n = sig == SIGINT ? sizeof kInt - 1 : sig == SIGTERM ? sizeof kTerm - 1 : sizeof kOther - 1;
+  const char* m = sig == SIGINT    ? kInt
+                  : sig == SIGTERM ? kTerm
+                  : sig == SIGUSR1 ? kUsr1
+                  : sig == SIGUSR2 ? kUsr2
+                                   : kOther;
+  const size_t n = sig == SIGINT    ? sizeof kInt - 1
+                   : sig == SIGTERM ? sizeof kTerm - 1
+                   : sig == SIGUSR1 ? sizeof kUsr1 - 1
+                   : sig == SIGUSR2 ? sizeof kUsr2 - 1
+                                    : sizeof kOther - 1;
   const int saved = errno;
   [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, m, n);
   errno = saved;

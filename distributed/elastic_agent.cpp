@@ -266,9 +266,9 @@ ElasticAgent::ElasticAgent(AgentOptions options) : impl_(std::make_unique<Impl>(
   VOLT_CHECK(!s.o.argv.empty(), DistributedError, "restart agent: cannot read this process's command line");
   VOLT_CHECK(s.o.plan.devices >= 1 && s.o.plan.num_nodes >= 1 && s.o.plan.node_rank >= 0 &&
                  s.o.plan.node_rank < s.o.plan.num_nodes,
-             DistributedError, "restart agent: node rank ", s.o.plan.node_rank, " of ", s.o.plan.num_nodes,
-             " nodes with ", s.o.plan.devices, " devices does not add up");
-  VOLT_CHECK(s.o.plan.num_nodes == 1 || s.o.plan.port > 0, DistributedError,
+             ConfigError, "restart agent: node rank ", s.o.plan.node_rank, " of ", s.o.plan.num_nodes, " nodes with ",
+             s.o.plan.devices, " devices does not add up");
+  VOLT_CHECK(s.o.plan.num_nodes == 1 || s.o.plan.port > 0, ConfigError,
              "restart agent: a job on several nodes needs MASTER_PORT (or --master_port) on every node");
   s.node = s.o.plan.node_rank;
   s.nodes = s.o.plan.num_nodes;

@@ -163,10 +163,10 @@ std::string describe_exit(const std::string& who, pid_t pid, int st) {
 Launcher::Launcher(const LaunchPlan& plan) {
   VOLT_CHECK(plan.devices >= 1 && plan.num_nodes >= 1 && plan.devices * plan.num_nodes >= 2, DistributedError,
              "Launcher: devices x num_nodes must be >= 2, got ", plan.devices, " x ", plan.num_nodes);
-  VOLT_CHECK(plan.node_rank >= 0 && plan.node_rank < plan.num_nodes, DistributedError, "node rank ", plan.node_rank,
+  VOLT_CHECK(plan.node_rank >= 0 && plan.node_rank < plan.num_nodes, ConfigError, "node rank ", plan.node_rank,
              " is outside the job's ", plan.num_nodes,
              " nodes (trainer.num_nodes); give each node its own rank from 0 to num_nodes - 1");
-  VOLT_CHECK(plan.num_nodes == 1 || plan.port > 0, DistributedError,
+  VOLT_CHECK(plan.num_nodes == 1 || plan.port > 0, ConfigError,
              "a job on several nodes needs the master's port on every node (MASTER_PORT or --master_port)");
   first_rank_ = plan.node_rank * plan.devices;
   env_.world_size = plan.devices * plan.num_nodes;

@@ -32,10 +32,10 @@ ParallelStrategy::~ParallelStrategy() {
 void ParallelStrategy::launch_or_check() {
   const int64_t expected = devices_ * num_nodes_;
   if (env_.source == "none") {
-    VOLT_CHECK(env_.node_rank < num_nodes_, DistributedError, "node rank ", env_.node_rank,
+    VOLT_CHECK(env_.node_rank < num_nodes_, ConfigError, "node rank ", env_.node_rank,
                " (--node_rank or NODE_RANK) is outside the job's ", num_nodes_,
                " node(s) (trainer.num_nodes): give each node a rank from 0 to ", num_nodes_ - 1);
-    VOLT_CHECK(num_nodes_ == 1 || std::getenv("MASTER_ADDR"), DistributedError, "num_nodes=", num_nodes_,
+    VOLT_CHECK(num_nodes_ == 1 || std::getenv("MASTER_ADDR"), ConfigError, "num_nodes=", num_nodes_,
                " without torchrun or SLURM: run one command per node with --node_rank=N --master_addr=ADDR "
                "--master_port=PORT (or NODE_RANK, MASTER_ADDR, MASTER_PORT), the same on every node but the rank");
     if (expected > 1) {
@@ -52,7 +52,7 @@ void ParallelStrategy::launch_or_check() {
     }
     return;
   }
-  VOLT_CHECK(env_.world_size == expected, DistributedError, "the ", env_.source,
+  VOLT_CHECK(env_.world_size == expected, ConfigError, "the ", env_.source,
              " environment says WORLD_SIZE=", env_.world_size, " but devices x num_nodes = ", devices_, " x ",
              num_nodes_, " = ", expected, "; make them agree");
   const int64_t threads = std::max<int64_t>(1, detail::available_cores() / std::max<int64_t>(1, env_.local_world_size));

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <typeinfo>
 
 #include "volt/callbacks/model_checkpoint.h"
@@ -36,6 +37,18 @@ YAML::Node lookup(const YAML::Node& meta, const std::string& section, const std:
   const YAML::Node s = meta[section];
   if (!s || name.empty()) return s;
   return s[name];
+}
+
+/// The state `c` saved in `meta` (under its state key, else under a key an earlier version used),
+/// and that key; a null node when there is none. Only when the checkpoint has no state under any
+/// current key of `callbacks`: an old checkpoint (one ModelCheckpoint under "ModelCheckpoint").
+std::pair<YAML::Node, std::string> callback_state(const YAML::Node& meta, const Callback& c) {
+  const YAML::Node all = meta["callbacks"];
+  if (!all || !all.IsMap()) return {YAML::Node(), ""};
+  if (const YAML::Node s = all[c.state_key()]) return {s, c.state_key()};
+  for (const std::string& old : c.legacy_state_keys())
+    if (const YAML::Node s = all[old]) return {s, old};
+  return {YAML::Node(), ""};
 }
 
 /// This rank's on_save_checkpoint tensors ("rank<r>.<name>" -> "<name>"); none, with a warning on
@@ -149,8 +162,26 @@ std::vector<CheckpointConnector::Entry> CheckpointConnector::entries() {
   for (auto& c : callbacks_) out.push_back({"callbacks", c->state_key(), c.get(), false});
   // Without a loss scaler there is nothing to save (and loading is a no-op).
   if (strategy_.precision().grad_scaler()) out.push_back({"grad_scaler", "", &strategy_.precision(), false});
-  if (datamodule_) out.push_back({"datamodule", "", datamodule_, false});
+  if (datamodule_)
+    out.push_back({"datamodule", "", datamodule_, false});
+  else if (kept_datamodule_ && kept_datamodule_->state && !kept_datamodule_->state.IsNull())
+    out.push_back({"datamodule", "", &*kept_datamodule_, false});
   return out;
+}
+
+void CheckpointConnector::set_datamodule(LightningDataModule* datamodule) {
+  datamodule_ = datamodule;
+  kept_datamodule_.reset();
+}
+
+void CheckpointConnector::release_datamodule() {
+  kept_datamodule_.reset();
+  if (datamodule_) {
+    kept_datamodule_.emplace();
+    kept_datamodule_->hparams = YAML::Clone(datamodule_->hparams());
+    kept_datamodule_->state = YAML::Clone(datamodule_->state_dict());
+  }
+  datamodule_ = nullptr;
 }
 
 std::string CheckpointConnector::find_last() const {
@@ -207,6 +238,33 @@ std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path)
                         "/checkpoints' (is enable_checkpointing on with save_last?)");
 }
 
+void CheckpointConnector::restore_callback_states(const YAML::Node& meta, const std::string& path) {
+  std::set<std::string> used;
+  for (auto& c : callbacks_) {
+    const auto [state, key] = callback_state(meta, *c);
+    if (!state) continue;
+    // A legacy key is taken by one callback only (two ModelCheckpoints of this run cannot both be
+    // the old run's one).
+    if (key != c->state_key() && used.count(key)) continue;
+    used.insert(key);
+    c->load_state_dict(state);
+  }
+  const YAML::Node all = meta["callbacks"];
+  if (!all || !all.IsMap() || !strategy_.is_global_zero()) return;
+  std::string missing;
+  for (const auto& kv : all) {
+    const std::string key = kv.first.Scalar();
+    const bool empty = !kv.second || kv.second.IsNull() || (kv.second.IsMap() && kv.second.size() == 0);
+    if (!empty && !used.count(key)) missing += (missing.empty() ? "" : ", ") + key;
+  }
+  if (!missing.empty())
+    spdlog::warn(
+        "Checkpoint {} holds the state of callbacks this fit does not have: {}. Their state is not restored; add "
+        "them to trainer.callbacks with the same options (as Lightning asks) for the fit to go on as the checkpointed "
+        "one",
+        path, missing);
+}
+
 void CheckpointConnector::restore(LightningModule& module, const std::string& ckpt_path, bool fitting) {
   auto scope = profile(strategy_.profiler(), "load_checkpoint");
   if (async_) async_->wait();  // a checkpoint still being written (one this fit saved) is whole first
@@ -220,9 +278,7 @@ void CheckpointConnector::restore(LightningModule& module, const std::string& ck
     reader = std::make_unique<CheckpointReader>(path);
     // Lightning's order: the callbacks' states before the optimizer state, so that a callback that
     // reshapes the optimizers (BaseFinetuning's param groups) has done so when that state loads.
-    if (fitting)
-      for (auto& c : callbacks_)
-        if (const YAML::Node state = lookup(reader->meta(), "callbacks", c->state_key())) c->load_state_dict(state);
+    if (fitting) restore_callback_states(reader->meta(), path);
     strategy_.load_checkpoint(module, optimization_.optimizer_list(), *reader);
   } catch (const std::exception& e) {
     error = e.what();
@@ -236,7 +292,13 @@ void CheckpointConnector::restore(LightningModule& module, const std::string& ck
     spdlog::warn("Checkpoint {} has no optimizer state (saved with weights_only?): the optimizer starts fresh", path);
   for (const Entry& e : entries()) {
     if (e.section == "callbacks") continue;  // restored first (fitting only)
-    const YAML::Node state = e.section == kLoopsKey ? loops_state(ck) : lookup(meta, e.section, e.name);
+    YAML::Node state = e.section == kLoopsKey ? loops_state(ck) : lookup(meta, e.section, e.name);
+    if (state && e.section == kLoopsKey && !fitting) {
+      // validate / test: what fit had left to run is not theirs (a later fit resumes on its own).
+      state = YAML::Clone(state);
+      state.remove("validation_pending");
+      state.remove("scheduler_step_pending");
+    }
     if (state) e.state->load_state_dict(state);
   }
   restore_rng(ck);
@@ -305,7 +367,10 @@ void CheckpointConnector::save(LightningModule& module, const std::string& path,
   header.meta["hyper_parameters"] = module.hparams();
   // The C++ class, so that load_from_checkpoint<Model> can refuse another class's checkpoint.
   header.meta["model_class"] = c10::demangle(typeid(module).name());
-  if (datamodule_) header.meta["datamodule_hyper_parameters"] = datamodule_->hparams();
+  if (datamodule_)
+    header.meta["datamodule_hyper_parameters"] = datamodule_->hparams();
+  else if (kept_datamodule_)
+    header.meta["datamodule_hyper_parameters"] = kept_datamodule_->hparams;
   if (config_ && !config_.IsNull()) header.meta["config"] = config_;
   for (const Entry& e : entries()) {
     if (weights_only && !e.with_weights_only) continue;

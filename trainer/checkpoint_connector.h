@@ -22,6 +22,7 @@
 /// hook dispatcher, fit loop, Optimization and config; owns the AsyncCheckpointIO. Thread-safety:
 /// the training thread only; save and restore are collective (every rank calls them).
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,9 +78,17 @@ class CheckpointConnector {
   /// At once when no save is pending.
   void remove_checkpoint(const std::string& path);
   /// The data module of the running fit (nullptr: none), saved and restored under "datamodule".
-  void set_datamodule(LightningDataModule* datamodule) { datamodule_ = datamodule; }
+  /// Forgets what release_datamodule() kept.
+  void set_datamodule(LightningDataModule* datamodule);
+  /// At the end of a fit: keeps the data module's hparams() and state_dict() as they are now, which
+  /// a later Trainer::save_checkpoint writes (as Lightning's, whose trainer keeps its datamodule),
+  /// and lets go of the data module itself (borrowed for the call only).
+  void release_datamodule();
 
  private:
+  /// The callbacks' states (by state key, or an earlier version's key); warns (rank 0) naming the
+  /// states in `meta` no callback of this fit took.
+  void restore_callback_states(const YAML::Node& meta, const std::string& path);
   /// A Stateful and where it lives in the metadata: meta[section], or meta[section][name].
   struct Entry {
     std::string section;
@@ -129,6 +138,13 @@ class CheckpointConnector {
   SchedulerState scheduler_state_;
   OptimizerHparamsState optimizer_hparams_;
   LightningDataModule* datamodule_ = nullptr;
+  /// The data module's state at the end of the last fit (see release_datamodule).
+  struct DataModuleSnapshot : Stateful {
+    YAML::Node hparams, state;
+    YAML::Node state_dict() const override { return state; }
+    void load_state_dict(const YAML::Node&) override {}  // only a fit's own data module is restored
+  };
+  std::optional<DataModuleSnapshot> kept_datamodule_;
   std::unique_ptr<AsyncCheckpointIO> async_;  // set between begin_async_saves() and the wait
 };
 

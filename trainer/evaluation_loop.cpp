@@ -45,7 +45,7 @@ void check_stop(Strategy& strategy, int64_t batch) {
 // with Gloo). Elsewhere a module that caches a tensor in its first forward should create it in the
 // constructor or in configure_model, or set inference_mode: false.
 void EvaluationLoop::run(LightningModule& module, const std::vector<DataLoader*>& loaders, RunningStage stage,
-                         const BatchCount& count, const FitProgress& progress) {
+                         const BatchCount& count, const FitProgress& progress, bool* pending) {
   const RunningStage saved = stage_;
   const bool sanity = stage == RunningStage::Sanity;
   stage_ = stage;  // trainer.sanity_checking() is true in on_sanity_check_start/end, as in Lightning
@@ -110,6 +110,7 @@ void EvaluationLoop::run(LightningModule& module, const std::vector<DataLoader*>
     metrics_.reset_epoch(Metrics::Loop::Eval);  // sanity-check metrics are never logged
   else
     metrics_.finish_epoch(Metrics::Loop::Eval, progress);
+  if (pending) *pending = false;
   if (is_val)
     hooks_.on_validation_end(module);
   else

@@ -32,9 +32,10 @@ class EvaluationLoop {
 
   /// Runs `count(loader)` batches of each loader as `stage` (Sanity, Validate or Test): one epoch
   /// (one set of epoch hooks and one metrics row) over all of them. Throws ConfigError when the
-  /// module lacks the step the stage needs.
+  /// module lacks the step the stage needs. `*pending` (when given) is set false once the epoch's
+  /// metrics are final, before on_validation_end / on_test_end.
   void run(LightningModule& module, const std::vector<DataLoader*>& loaders, RunningStage stage,
-           const BatchCount& count, const FitProgress& progress);
+           const BatchCount& count, const FitProgress& progress, bool* pending = nullptr);
   /// Run the epochs under InferenceMode (true) or NoGradGuard (false); see [Note: inference mode].
   void set_inference_mode(bool on) { inference_mode_ = on; }
   bool inference_mode() const { return inference_mode_; }

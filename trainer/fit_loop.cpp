@@ -20,6 +20,8 @@ void FitLoop::setup_data(DataLoader& train_loader, const std::string& resumed_fr
   data_shape_.batch_size = train_loader.options().batch_size;
   data_shape_.world_size = strategy_.world_size();
   data_shape_.samples = train_loader.is_iterable() ? -1 : train_loader.dataset().size();
+  data_shape_.shuffle = train_loader.options().shuffle;
+  data_shape_.seed = train_loader.options().seed;
   if (!saved_) return;
   const DataShape saved = *saved_;
   saved_.reset();  // checked once, against the loader of the fit that restored it
@@ -42,6 +44,20 @@ void FitLoop::check_resume_position(const DataShape& saved, const std::string& r
   VOLT_CHECK(saved.samples < 0 || data_shape_.samples < 0 || saved.samples == data_shape_.samples, CheckpointError,
              where, " with ", saved.samples, " training samples; this run's training data has ", data_shape_.samples,
              " (another block_size, data file or split?)", what_to_do);
+  auto order = [](const DataShape& d) {
+    return *d.shuffle ? "shuffle on (seed " + std::to_string(d.seed) + ")" : std::string("shuffle off");
+  };
+  VOLT_CHECK(
+      !saved.shuffle || (*saved.shuffle == *data_shape_.shuffle && (!*saved.shuffle || saved.seed == data_shape_.seed)),
+      CheckpointError, where, " with ", order(saved), "; this run's training loader has ", order(data_shape_),
+      ", another order of the samples", what_to_do);
+  if (saved.accumulated > 0 && strategy_.is_global_zero())
+    spdlog::warn(
+        "{}, inside a gradient accumulation window: the gradients of its {} micro-batch(es) since the last optimizer "
+        "step are not in checkpoints, so this fit's next step goes without them and the run differs from an "
+        "uninterrupted one from there. Checkpoints written at optimizer steps resume exactly (validation every "
+        "val_check_interval batches writes them at steps when it is a multiple of accumulate_grad_batches)",
+        where, saved.accumulated);
 }
 
 bool FitLoop::min_reached() const {
@@ -85,6 +101,7 @@ void FitLoop::run(LightningModule& module, DataLoader& first_train_loader,
                   const std::vector<DataLoader*>& first_val_loaders) {
   module_ = &module;
   min_warned_ = false;
+  stop_deferred_ = window_open_ = validation_pending_ = scheduler_step_pending_ = false;
   DataLoader* train_loader = &first_train_loader;
   std::vector<DataLoader*> val_loaders = first_val_loaders;
   loaded_epoch_ = progress_.epoch;
@@ -93,6 +110,7 @@ void FitLoop::run(LightningModule& module, DataLoader& first_train_loader,
   optimization_.set_step_counter([this] { ++progress_.global_step; });
   enable_validation_ = any_validation_batches(val_loaders);
   hooks_.on_train_start(module);
+  resume_pending(module, val_loaders);
   // A checkpoint saved at the end of an epoch resumes at the next one.
   if (progress_.epoch_done || progress_.batch_in_epoch >= num_training_batches_) next_epoch();
   const int64_t max_epochs = options_.effective_max_epochs();
@@ -173,7 +191,7 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
     torch::Tensor loss = strategy_.training_step(module, b, i);
     if (automatic) {
       VOLT_CHECK(loss.defined() && loss.numel() == 1, ConfigError, "training_step must return a scalar loss");
-      check_step(loss, i);
+      check_step(loss, i, /*window_open=*/i % accum != 0);
       torch::Tensor scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
       hooks_.on_before_backward(module, scaled);
       strategy_.backward(module, scaled, last_micro);
@@ -183,7 +201,7 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
       // Manual optimization: training_step stepped its optimizers (and counted the global steps).
       VOLT_CHECK(!loss.defined() || loss.numel() == 1, ConfigError,
                  "training_step must return a scalar loss or an undefined tensor, got shape ", loss.sizes());
-      check_step(loss, i);
+      check_step(loss, i, /*window_open=*/false);
     }
     batch_scope.end();
     // Epoch-interval schedulers step right after the epoch's last optimizer step, as Lightning 2.x
@@ -191,16 +209,22 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
     if (last) optimization_.epoch_end_schedulers(progress_.epoch);
     progress_.batch_in_epoch = i + 1;
     if (last) progress_.epoch_done = true;
+    window_open_ = automatic && !last_micro;
+    const bool validate_now = (val_every > 0 && (i + 1) % val_every == 0) || (val_at_end && last);
+    validation_pending_ = validate_now && enable_validation_;  // until its metrics are final
+    scheduler_step_pending_ = last_micro;
     const bool log_now = automatic ? last_micro && progress_.global_step % options_.log_every_n_steps == 0
                                    : (i + 1) % options_.log_every_n_steps == 0;
     if (log_now) metrics_.flush_step_metrics(progress_);
     const torch::Tensor loss_d = loss.defined() ? loss.detach() : loss;
     hooks_.on_train_batch_end(module, loss_d, b, i);
     note_held_stop(should_stop_ && !min_reached(), min_warned_, options_, strategy_.is_global_zero());
-    if ((val_every > 0 && (i + 1) % val_every == 0) || (val_at_end && last)) run_validation(module, val_loaders);
+    if (validate_now) run_validation(module, val_loaders);
+    validation_pending_ = false;
     // ReduceLROnPlateau with interval "step": after the step's validation, as Lightning.
     if (last_micro) optimization_.plateau_schedulers(SchedulerInterval::Step, progress_.global_step, callback_metrics);
-    if (requeue_pending_) {
+    scheduler_step_pending_ = false;
+    if (requeue_pending_ && !window_open_) {  // [Note: whole accumulation windows]
       requeue_pending_ = false;
       throw TrainingError(save_and_requeue_());
     }
@@ -237,13 +261,20 @@ FitLoop::StepVerdict FitLoop::agree(bool finite) {
   return v;
 }
 
-void FitLoop::check_step(const torch::Tensor& loss, int64_t batch_idx) {
+void FitLoop::check_step(const torch::Tensor& loss, int64_t batch_idx, bool window_open) {
   // Under 16-mixed the loss scaler skips steps with inf/nan gradients by design.
   const bool check_loss = strategy_.precision().grad_scaler() == nullptr && loss.defined();
   const bool finite = !check_loss || torch::isfinite(loss.detach()).all().item<bool>();
   const StepVerdict v = agree(finite);
   if (v.any_signal && requeue_signal_ != 0 && v.signal == requeue_signal_) {
     requeue_pending_ = true;  // after this step's update, so the checkpoint holds a whole step
+  } else if (v.any_signal && window_open) {
+    // [Note: whole accumulation windows] The micro-batches of an open window have gradients that
+    // no checkpoint holds: the stop waits for the window's step, and comes at the next batch.
+    if (!stop_deferred_ && strategy_.is_global_zero())
+      spdlog::info("{} received: stopping after this gradient accumulation window's optimizer step",
+                   signal_name(v.signal));
+    stop_deferred_ = true;
   } else if (v.any_signal) {
     throw TrainingError(detail::str_cat("stopped by ", signal_name(v.signal), " (received by rank ", v.signalled,
                                         ") at step ", progress_.global_step, " (epoch ", progress_.epoch, ", batch ",
@@ -305,7 +336,25 @@ void FitLoop::run_validation(LightningModule& module, const std::vector<DataLoad
   auto count = [&](const DataLoader& l) {
     return count_batches(options_.limit_val_batches, l, "trainer.limit_val_batches");
   };
-  evaluation_.run(module, val_loaders, RunningStage::Validate, count, progress_);
+  evaluation_.run(module, val_loaders, RunningStage::Validate, count, progress_, &validation_pending_);
+}
+
+void FitLoop::resume_pending(LightningModule& module, const std::vector<DataLoader*>& val_loaders) {
+  // [Note: a validation due at the save] A checkpoint written at a batch's end (every_n_train_steps,
+  // train_time_interval) or during a validation comes before that batch's validation has its
+  // metrics: the resumed fit runs it first, and the step-interval plateau schedulers after it, as
+  // the uninterrupted fit did at that batch.
+  const bool validate = resume_validation_, schedulers = resume_scheduler_step_;
+  resume_validation_ = resume_scheduler_step_ = false;
+  if (!validate) return;
+  validation_pending_ = enable_validation_;
+  run_validation(module, val_loaders);
+  validation_pending_ = false;
+  module.train();
+  if (schedulers)
+    optimization_.plateau_schedulers(
+        SchedulerInterval::Step, progress_.global_step,
+        [this]() -> const std::map<std::string, double>& { return metrics_.callback_metrics(); });
 }
 
 YAML::Node FitLoop::state_dict() const {
@@ -319,6 +368,19 @@ YAML::Node FitLoop::state_dict() const {
     n["world_size"] = data_shape_.world_size;
   }
   if (data_shape_.samples >= 0) n["train_samples"] = data_shape_.samples;
+  if (data_shape_.shuffle) {
+    n["shuffle"] = *data_shape_.shuffle;
+    n["seed"] = data_shape_.seed;
+  }
+  // Saved inside an accumulation window: how many of its micro-batches ran (their gradients are
+  // not in the checkpoint; see [Note: whole accumulation windows]).
+  if (window_open_ && progress_.batch_in_epoch > 0) n["accumulated_batches"] = progress_.batch_in_epoch % accumulate_;
+  // (A resumed fit's own pending validation counts until it ran: LearningRateFinder saves and
+  // restores before it.)
+  if (validation_pending_ || resume_validation_) {
+    n["validation_pending"] = true;
+    if (validation_pending_ ? scheduler_step_pending_ : resume_scheduler_step_) n["scheduler_step_pending"] = true;
+  }
   return n;
 }
 
@@ -331,7 +393,12 @@ void FitLoop::load_state_dict(const YAML::Node& state) {
   if (state["batch_size"]) saved.batch_size = state["batch_size"].as<int64_t>();
   if (state["world_size"]) saved.world_size = state["world_size"].as<int64_t>();
   if (state["train_samples"]) saved.samples = state["train_samples"].as<int64_t>();
+  if (state["shuffle"]) saved.shuffle = state["shuffle"].as<bool>();
+  if (state["seed"]) saved.seed = state["seed"].as<uint64_t>();
+  saved.accumulated = state["accumulated_batches"] ? state["accumulated_batches"].as<int64_t>() : 0;
   saved_ = saved;
+  resume_validation_ = state["validation_pending"] && state["validation_pending"].as<bool>();
+  resume_scheduler_step_ = state["scheduler_step_pending"] && state["scheduler_step_pending"].as<bool>();
 }
 
 }  // namespace volt

@@ -2,7 +2,16 @@
 /// FitLoop: fit's epochs and batches (Lightning's _FitLoop and _TrainingEpochLoop): gradient
 /// accumulation, the val-check schedule, the optimizer step and LR scheduler stepping, and the
 /// progress a checkpoint saves so that a resumed fit continues mid-epoch. Its state (Stateful) is
-/// the checkpoint's meta["loops"]: {batch_in_epoch, epoch, global_step}.
+/// the checkpoint's meta["loops"]: {batch_in_epoch, epoch, global_step, ...}.
+///
+/// [Note: whole accumulation windows]
+/// The micro-batches of an open gradient accumulation window have gradients that no checkpoint
+/// holds. What volt starts itself waits for the window's optimizer step: a stop signal ends fit at
+/// the next window's first batch, the SLURM requeue saves after the step, ModelCheckpoint's
+/// train_time_interval fires at a step. A checkpoint written inside a window all the same (a
+/// validation every val_check_interval batches that is not a multiple of accumulate_grad_batches,
+/// an error) records how many micro-batches ran, and a fit resumed from it warns that it goes on
+/// without their gradients.
 ///
 /// Ownership: borrows the options, Strategy, hook dispatcher, metrics, evaluation loop, the
 /// Trainer's Optimization, stage and should_stop flag; owns the progress, which lasts
@@ -77,6 +86,9 @@ class FitLoop : public Stateful {
   /// any rank; the same on every rank.
   bool enable_validation() const { return enable_validation_; }
   int64_t num_training_batches() const { return num_training_batches_; }
+  /// Whether the batch that ran last left its gradient accumulation window open (its gradients
+  /// wait for more micro-batches; no optimizer step yet).
+  bool window_open() const { return window_open_; }
 
   /// {batch_in_epoch, epoch, global_step, batch_size, world_size, train_samples (a map-style
   /// loader's)}.
@@ -88,7 +100,9 @@ class FitLoop : public Stateful {
   /// Stops training (TrainingError on every rank, naming the step and the rank) if the loss is nan
   /// or inf on any rank, or if any rank received SIGINT/SIGTERM (core/signals.h). Collective. An
   /// undefined loss (manual optimization may return none) counts as finite.
-  void check_step(const torch::Tensor& loss, int64_t batch_idx);
+  /// `window_open`: micro-batches of this accumulation window already ran; a stop signal then waits
+  /// for the window's step (the stop comes at the next window's first batch).
+  void check_step(const torch::Tensor& loss, int64_t batch_idx, bool window_open);
   struct StepVerdict {
     int64_t bad, signalled, signal;
     bool any_signal = false, any_bad = false;
@@ -105,6 +119,9 @@ class FitLoop : public Stateful {
   void run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>& val_loaders, int64_t start_batch);
   void next_epoch();
   void run_validation(LightningModule& module, const std::vector<DataLoader*>& val_loaders);
+  /// A resumed fit's validation (and step-interval plateau schedulers) that was due when its
+  /// checkpoint was written, before anything else.
+  void resume_pending(LightningModule& module, const std::vector<DataLoader*>& val_loaders);
   /// Whether any rank has a validation batch (limit_val_batches). Collective with several ranks.
   bool any_validation_batches(const std::vector<DataLoader*>& val_loaders) const;
   void optimizer_step_and_schedule(int64_t batch_idx);
@@ -134,6 +151,9 @@ class FitLoop : public Stateful {
   /// samples (-1: unknown).
   struct DataShape {
     int64_t batch_size = -1, world_size = 1, samples = -1;
+    std::optional<bool> shuffle;  // unset: a checkpoint written before volt recorded the order
+    uint64_t seed = 0;
+    int64_t accumulated = 0;  // micro-batches of an open accumulation window (a checkpoint's)
     int64_t global_batch() const { return batch_size * world_size; }
   };
   DataShape data_shape_;            // this run's (setup_data)
@@ -143,6 +163,12 @@ class FitLoop : public Stateful {
   int requeue_signal_ = 0;
   std::function<std::string()> save_and_requeue_;
   bool requeue_pending_ = false;  // agreed by check_step; acted on at the end of the step
+  bool stop_deferred_ = false;    // a stop signal waits for the accumulation window's step
+  bool window_open_ = false;      // see window_open()
+  /// The running batch's validation has no final metrics yet (a checkpoint now records it).
+  bool validation_pending_ = false;
+  bool scheduler_step_pending_ = false;  // its step-interval plateau schedulers have not stepped
+  bool resume_validation_ = false, resume_scheduler_step_ = false;  // restored: run them first
 };
 
 }  // namespace volt

@@ -5,8 +5,10 @@
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <typeinfo>
 
@@ -14,6 +16,7 @@
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/model_summary.h"
+#include "volt/callbacks/on_exception_checkpoint.h"
 #include "volt/callbacks/progress_bar.h"
 #include "volt/callbacks/timer.h"
 #include "volt/core/errors.h"
@@ -173,6 +176,35 @@ void Trainer::prepare_module_data(LightningModule& module) {
   data_prepared_for_ = &module;
 }
 
+namespace {
+/// Lightning's Checkpoint callbacks (ModelCheckpoint, OnExceptionCheckpoint): they run after every
+/// other callback at each event, so that they save what the others did there (an averaging
+/// callback's trained weights back in the model after an error, for one).
+bool is_checkpoint_callback(const Callback& c) {
+  return dynamic_cast<const ModelCheckpoint*>(&c) != nullptr ||
+         dynamic_cast<const OnExceptionCheckpoint*>(&c) != nullptr;
+}
+
+/// Stateful callbacks (a state_dict() with something in it) must have distinct state keys: two
+/// under one key would overwrite each other's state in checkpoints, and a resumed fit would give
+/// both the last one's (Lightning refuses them too).
+void check_state_keys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  std::map<std::string, std::string> seen;  // state key -> the first one's type
+  for (const auto& c : callbacks) {
+    const YAML::Node s = c->state_dict();
+    if (!s || s.IsNull() || (s.IsMap() && s.size() == 0)) continue;
+    const std::string key = c->state_key();
+    const std::string type = c10::demangle(typeid(*c).name());
+    const auto [it, fresh] = seen.emplace(key, type);
+    VOLT_CHECK(fresh, ConfigError, "trainer.callbacks holds two callbacks with the state key '", key, "' (", it->second,
+               " and ", type,
+               "): their states would overwrite each other in checkpoints. Keep one, or give them options that tell "
+               "them apart (ModelCheckpoint: monitor, mode, every_n_train_steps, every_n_epochs or "
+               "train_time_interval; EarlyStopping: monitor or mode)");
+  }
+}
+}  // namespace
+
 void Trainer::add_module_callbacks(LightningModule& module) {
   std::vector<std::shared_ptr<Callback>> mine = module.configure_callbacks();
   if (mine.empty()) return;
@@ -184,15 +216,11 @@ void Trainer::add_module_callbacks(LightningModule& module) {
       if (typeid(*m) == typeid(c)) return true;
     return false;
   };
-  std::vector<std::shared_ptr<Callback>> merged, checkpoints;
+  std::vector<std::shared_ptr<Callback>> merged;
   for (auto& c : callbacks_)
     if (!same_type(*c)) merged.push_back(c);
   merged.insert(merged.end(), mine.begin(), mine.end());
-  // Checkpoint callbacks last, so they save what every other callback did at the same event.
-  std::vector<std::shared_ptr<Callback>> ordered;
-  for (auto& c : merged) (dynamic_cast<ModelCheckpoint*>(c.get()) ? checkpoints : ordered).push_back(c);
-  ordered.insert(ordered.end(), checkpoints.begin(), checkpoints.end());
-  callbacks_ = std::move(ordered);
+  callbacks_ = std::move(merged);
 }
 
 torch::Tensor Trainer::all_gather(const torch::Tensor& tensor, bool sync_grads) {
@@ -245,6 +273,10 @@ void Trainer::add_default_callbacks(const std::string& stage) {
     TimerOptions to;
     to.duration = options_.max_time;
     callbacks_.push_back(std::make_shared<Timer>(to));
+  } else if (stage == "fit" && options_.max_time && strategy_->is_global_zero()) {
+    spdlog::warn(
+        "trainer.max_time is ignored: trainer.callbacks holds a Timer, whose duration bounds the fit instead (as "
+        "Lightning); give the Timer the duration, or remove it");
   }
   // Lightning's rule: an unset max_epochs is 1000 only when neither max_steps nor a Timer bounds the fit.
   // A Timer without a duration only measures: it bounds nothing.
@@ -257,6 +289,10 @@ void Trainer::add_default_callbacks(const std::string& stage) {
     mc.save_last = true;  // volt default: ckpt_path "last" always has something to resume from
     callbacks_.push_back(std::make_shared<ModelCheckpoint>(mc));
   }
+  // Checkpoint callbacks last (Lightning's _reorder_callbacks), the others in the order given.
+  std::stable_partition(callbacks_.begin(), callbacks_.end(),
+                        [](const std::shared_ptr<Callback>& c) { return !is_checkpoint_callback(*c); });
+  check_state_keys(callbacks_);
 }
 
 void Trainer::finish(LightningModule& module, const std::string& stage) {
@@ -436,11 +472,10 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
     if (datamodule) datamodule->teardown("fit");
     finish(module, "fit");
     finished = true;
-    checkpoint_connector_.set_datamodule(nullptr);
+    checkpoint_connector_.release_datamodule();
     profiler_done = true;
     if (profiler_) profiler_->teardown();
   } catch (const std::exception& e) {
-    checkpoint_connector_.set_datamodule(nullptr);
     fit_loop_.set_reload({});
     train_loader_ = nullptr;
     val_loaders_.clear();
@@ -458,10 +493,11 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
     // Lightning's order: the callbacks first, while the ranks can still run a collective together
     // (OnExceptionCheckpoint saves for an error every rank raised); then the other ranks are told.
     try {
-      hooks_.on_exception(module, e);
+      hooks_.on_exception(module, e);    // an OnExceptionCheckpoint's save records the data module too
     } catch (const std::exception& f) {  // the original error is the one to report
       spdlog::error("{}", f.what());
     }
+    checkpoint_connector_.set_datamodule(nullptr);
     strategy_->on_exception(e);
     try {
       if (logger_) logger_->finalize("failed");
@@ -515,6 +551,7 @@ std::map<std::string, double> Trainer::run_evaluation(LightningModule& module, L
   const bool val = stage == RunningStage::Validate;
   const std::string name = val ? "validate" : "test";
   datamodule_ = datamodule;
+  checkpoint_connector_.set_datamodule(nullptr);  // a later save_checkpoint records no earlier fit's data module
   setup(module, name);
   DataLoaders held;  // the data module's loaders live through the call
   if (datamodule) {

@@ -107,6 +107,14 @@ class Trainer : public LogSink, public WrapHost, public ModuleHost {
   // ---- state, as Lightning exposes it ------------------------------------------------------
   int64_t current_epoch() const { return fit_loop_.progress().epoch; }
   int64_t global_step() const { return fit_loop_.progress().global_step; }
+  /// Whether the current epoch's batches ran out: true in on_train_epoch_end of a whole epoch,
+  /// false there when max_steps, should_stop or a Timer ended the epoch early (a resumed
+  /// fit goes on with the rest of it).
+  bool epoch_finished() const { return fit_loop_.progress().epoch_done; }
+  /// Whether the batch that ran last left its gradient accumulation window open: its gradients
+  /// wait for more micro-batches and no optimizer step has taken them yet (a checkpoint written now
+  /// does not hold them). Lightning's fit_loop._should_accumulate().
+  bool accumulating_gradients() const { return fit_loop_.window_open(); }
   bool should_stop = false;
   /// Batches whose gradients add up before each optimizer step: trainer.accumulate_grad_batches at
   /// the start of each fit; a callback may change it in on_train_epoch_start (read after that hook,

@@ -8,6 +8,10 @@
 namespace volt {
 
 void TrainerOptions::validate() {
+  // Python's timedelta.max, as the Timer it becomes (checked here to name this key).
+  VOLT_CHECK(!max_time || (max_time->seconds >= 0 && max_time->seconds <= 999999999.0 * 86400), ConfigError,
+             "config key 'trainer.max_time': ", max_time ? max_time->seconds : 0.0,
+             " seconds is not a duration from 00:00:00:00 to 999999999:00:00:00 (DD:HH:MM:SS)");
   // "auto" falls back to the CPU; "gpu" is a request for one, as in Lightning.
   if (accelerator == "auto") accelerator = torch::cuda::is_available() ? "cuda" : "cpu";
   if (accelerator == "gpu") accelerator = "cuda";

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
 #include "boring_model.h"
+#include "volt/callbacks/checkpoint_folder.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/temp_file.h"
 #include "volt/core/errors.h"
@@ -91,4 +93,23 @@ TEST_CASE("An interrupted save's leftovers are removed by the next run, and ckpt
   CHECK_FALSE(fs::exists(stale_tagged));
   CHECK(fs::exists(live));  // a live process's file is not touched
   CHECK(fs::exists(d + "/last.ckpt"));
+}
+
+TEST_CASE("ckpt_path=last: a newest last-v<N>.ckpt whose link target is gone is an error, not an older last.ckpt",
+          "[callbacks][checkpoint_folder]") {
+  const std::string dir = temp_dir("ckpt-last-dangling");
+  std::ofstream(dir + "/last.ckpt") << "x";
+  std::ofstream(dir + "/epoch=1-step=4.ckpt") << "y";
+  fs::last_write_time(dir + "/last.ckpt", fs::file_time_type::clock::now() - std::chrono::hours(1));
+  fs::create_symlink("epoch=1-step=4.ckpt", dir + "/last-v1.ckpt");
+  CHECK(volt::detail::newest_last_checkpoint(dir) == fs::canonical(dir + "/epoch=1-step=4.ckpt").string());
+  fs::remove(dir + "/epoch=1-step=4.ckpt");  // the link, made after last.ckpt, now dangles
+  CHECK_THROWS_WITH(volt::detail::newest_last_checkpoint(dir),
+                    Contains("last-v1.ckpt") && Contains("epoch=1-step=4.ckpt") && Contains("no longer exists"));
+  // A dangling link older than a whole last checkpoint is not the run's latest: that one is.
+  fs::remove(dir + "/last-v1.ckpt");
+  fs::create_symlink("gone.ckpt", dir + "/last-v2.ckpt");
+  std::ofstream(dir + "/last-v3.ckpt") << "z";
+  fs::last_write_time(dir + "/last-v3.ckpt", fs::file_time_type::clock::now() + std::chrono::hours(1));
+  CHECK(volt::detail::newest_last_checkpoint(dir) == dir + "/last-v3.ckpt");
 }

@@ -19,6 +19,7 @@
 #include "volt/callbacks/prediction_writer.h"
 #include "volt/callbacks/progress_bar.h"
 #include "volt/callbacks/timer.h"
+#include "volt/checkpoint/checkpoint.h"
 #include "volt/checkpoint/checkpoint_reader.h"
 #include "volt/checkpoint/weights.h"
 #include "volt/cli/cli.h"
@@ -251,4 +252,91 @@ TEST_CASE("a config file of many megabytes is refused at once, naming it", "[cli
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THAT(config_error([&] { cli::load_configs({path}, {}); }), Contains(path) && Contains("MiB"));
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);
+}
+
+TEST_CASE("ModelCheckpoint.filename may not lead out of its folder", "[callbacks][checkpoint][refusals]") {
+  for (const std::string bad : {"../x-{step}", "a/../../x", "/tmp/x-{step}", ".."}) {
+    INFO(bad);
+    ModelCheckpointOptions o;
+    o.filename = bad;
+    CHECK_THAT(config_error([&] { ModelCheckpoint{o}; }), Contains("ModelCheckpoint.filename") && Contains(bad));
+  }
+  ModelCheckpointOptions sub;
+  sub.filename = "run/{epoch}-{step}..x";  // a subfolder, and dots inside a name
+  ModelCheckpoint ok{sub};
+}
+
+TEST_CASE("callbacks' states: keys as Lightning's, two under one key refused, a missing one warned about",
+          "[callbacks][checkpoint][refusals]") {
+  ModelCheckpointOptions best;
+  best.monitor = "val_loss";
+  best.mode = "max";
+  CHECK(ModelCheckpoint(best).state_key() ==
+        "ModelCheckpoint{'monitor': 'val_loss', 'mode': 'max', 'every_n_train_steps': 0, 'every_n_epochs': 1, "
+        "'train_time_interval': None}");
+  ModelCheckpointOptions timed;
+  timed.train_time_interval = 90061.5;
+  CHECK(ModelCheckpoint(timed).state_key() ==
+        "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 0, "
+        "'train_time_interval': datetime.timedelta(days=1, seconds=3661, microseconds=500000)}");
+  CHECK(EarlyStopping(EarlyStoppingOptions{}).state_key() == "EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}");
+
+  const std::string root = temp_dir("callback-keys");
+  auto o = quiet_options(root);
+  o.enable_checkpointing = true;
+  o.max_steps = 4;
+  o.val_check_interval = BatchLimit::count(2);
+  auto val = make_loader(16, 8);
+  {
+    // Two ModelCheckpoints with the same monitor, mode and triggers, in two folders: refused.
+    ModelCheckpointOptions a, b;
+    a.dirpath = root + "/a";
+    b.dirpath = root + "/b";
+    Trainer t(o, {std::make_shared<ModelCheckpoint>(a), std::make_shared<ModelCheckpoint>(b)});
+    auto m = make_model(0);
+    auto train = make_loader(64, 8);
+    CHECK_THAT(config_error([&] { t.fit(*m, train, &val); }),
+               Contains("two callbacks with the state key 'ModelCheckpoint{") && Contains("overwrite each other"));
+  }
+  // Two that differ keep their own states, and each gets its own back on resume.
+  ModelCheckpointOptions every, top;
+  every.dirpath = root + "/every";
+  every.every_n_train_steps = 1;
+  every.save_last = true;
+  top.dirpath = root + "/top";
+  top.monitor = "val_loss";
+  {
+    Trainer t(o, {std::make_shared<ModelCheckpoint>(every), std::make_shared<ModelCheckpoint>(top)});
+    auto m = make_model(0);
+    auto train = make_loader(64, 8);
+    t.fit(*m, train, &val);
+  }
+  const Checkpoint last = load_checkpoint_file(root + "/every/last.ckpt");
+  CHECK(last.meta["callbacks"][ModelCheckpoint(every).state_key()]);
+  CHECK(last.meta["callbacks"][ModelCheckpoint(top).state_key()]["best_model_path"].as<std::string>().rfind(
+            root + "/top/", 0) == 0);
+  {
+    auto o2 = o;
+    o2.max_steps = 6;
+    auto e = std::make_shared<ModelCheckpoint>(every);
+    auto k = std::make_shared<ModelCheckpoint>(top);
+    Trainer t(o2, {e, k});
+    auto m = make_model(0);
+    auto train = make_loader(64, 8);
+    t.fit(*m, train, &val, root + "/every/last.ckpt");
+    CHECK(k->best_model_path().rfind(root + "/top/", 0) == 0);
+    CHECK(e->best_model_path().rfind(root + "/every/", 0) == 0);
+  }
+  {
+    // Resumed without the callbacks that wrote the checkpoint: a warning names their states.
+    auto o3 = quiet_options(temp_dir("callback-keys-missing"));
+    o3.max_steps = 6;
+    Trainer t(o3);
+    auto m = make_model(0);
+    auto train = make_loader(64, 8);
+    Logs logs;
+    t.fit(*m, train, &val, root + "/every/last.ckpt");
+    CHECK_THAT(logs.text.str(), Contains("holds the state of callbacks this fit does not have") &&
+                                    Contains("ModelCheckpoint{'monitor': 'val_loss'"));
+  }
 }

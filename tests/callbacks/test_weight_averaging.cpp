@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,7 +17,9 @@
 #include "cli/toy_classes.h"
 #include "volt/callbacks/ema_weight_averaging.h"
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/callbacks/on_exception_checkpoint.h"
 #include "volt/callbacks/stochastic_weight_averaging.h"
+#include "volt/checkpoint/checkpoint.h"
 #include "volt/cli/cli.h"
 #include "volt/core/errors.h"
 #include "volt/optim/lr_scheduler.h"
@@ -24,6 +28,7 @@
 using namespace volt;
 using namespace volt::testing;
 using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -395,6 +400,93 @@ TEST_CASE("weight averaging: a fit resumed mid-epoch or at an epoch's last batch
         INFO("resumed from step " << step);
         const std::string ckpt = dir + "/ckpt/s" + std::to_string(step) + ".ckpt";
         CHECK(max_diff(run(ckpt, dir + "/resumed" + std::to_string(step)), whole) == 0.0);
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "weight averaging: fit's last.ckpt and an exception's checkpoint keep the trained weights and resume exactly, and "
+    "the model takes the average when fit ends",
+    "[callbacks][weight_averaging][resume]") {
+  struct Case {
+    std::string name;
+    std::function<std::shared_ptr<Callback>()> make;
+  };
+  const std::vector<Case> cases = {
+      {"ema steps",
+       [] {
+         EMAWeightAveragingOptions eo;
+         eo.decay = 0.6;
+         return std::make_shared<EMAWeightAveraging>(eo);
+       }},
+      {"ema epochs",
+       [] {
+         EMAWeightAveragingOptions eo;
+         eo.decay = 0.6;
+         eo.update_every_n_steps = 0;  // epoch-end updates only: an epoch cut short by max_steps
+         eo.update_starting_at_epoch = 0;
+         return std::make_shared<EMAWeightAveraging>(eo);
+       }},
+      {"swa", [] { return std::make_shared<StochasticWeightAveraging>(swa_options(0.03, 1, 1, "cos")); }},
+  };
+  /// Throws a TrainingError during the validation after step `at` (once).
+  struct FailInValidation : Callback {
+    int64_t at;
+    bool done = false;
+    explicit FailInValidation(int64_t a) : at(a) {}
+    std::string state_key() const override { return "FailInValidation"; }
+    void on_validation_batch_end(Trainer& t, LightningModule&, const Batch&, int64_t) override {
+      if (t.sanity_checking() || done || t.global_step() != at) return;
+      done = true;
+      throw TrainingError("injected failure during validation");
+    }
+  };
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      const std::string dir = temp_dir("wa_last");
+      // 3 epochs of 4 steps, validating every 2 batches.
+      auto run = [&](const std::string& root, int64_t max_steps, const std::string& ckpt,
+                     std::vector<std::shared_ptr<Callback>> extra, bool averaging_first) {
+        torch::manual_seed(9);
+        StepLRModel model(small());
+        DataLoader train = loader(32, 8, /*shuffle=*/true);
+        DataLoader val = loader(8, 8);
+        auto o = quiet_options(root);
+        o.enable_checkpointing = true;
+        o.max_epochs = 3;
+        o.max_steps = max_steps;
+        o.val_check_interval = BatchLimit::count(2);
+        std::vector<std::shared_ptr<Callback>> cbs = std::move(extra);
+        cbs.insert(averaging_first ? cbs.begin() : cbs.end(), c.make());
+        Trainer trainer(o, cbs);
+        try {
+          trainer.fit(model, train, &val, ckpt);
+        } catch (const TrainingError&) {
+        }
+        return weights(model);
+      };
+      const Weights whole = run(dir + "/whole", -1, "", {}, true);
+      // Stopped by max_steps mid-epoch 1 (step 5, no validation there): last.ckpt is written at
+      // fit's end and holds the trained weights; the stopped fit's model holds the average.
+      const Weights stopped = run(dir + "/stop", 5, "", {}, true);
+      const Checkpoint last = load_checkpoint_file(dir + "/stop/checkpoints/last.ckpt");
+      CHECK(last.global_step == 5);
+      Weights saved;
+      for (const auto& [k, v] : last.state_dict) saved[k] = v;
+      if (c.name != "swa") CHECK(max_diff(saved, stopped) > 1e-5);  // SWA averages only once it reached its end
+      CHECK(max_diff(run(dir + "/stop", -1, "last", {}, true), whole) == 0.0);
+      // An error during the validation after step 6, with OnExceptionCheckpoint before or after the
+      // averaging callback: its checkpoint resumes as the others.
+      for (const bool averaging_first : {true, false}) {
+        INFO("averaging first: " << averaging_first);
+        const std::string root = dir + (averaging_first ? "/fail_a" : "/fail_b");
+        OnExceptionCheckpointOptions eo;
+        eo.dirpath = root + "/exc";
+        run(root, -1, "", {std::make_shared<OnExceptionCheckpoint>(eo), std::make_shared<FailInValidation>(6)},
+            averaging_first);
+        REQUIRE(fs::exists(root + "/exc/on_exception.ckpt"));
+        CHECK(max_diff(run(root + "/again", -1, root + "/exc/on_exception.ckpt", {}, true), whole) == 0.0);
       }
     }
   }

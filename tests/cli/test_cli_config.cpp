@@ -227,6 +227,29 @@ TEST_CASE("CLI: overrides reach init_args in the full and the flat form, and swi
             .as<int64_t>() == 16);  // same class: merged
 }
 
+TEST_CASE("CLI: a flat section holds the default class's arguments: naming another class drops them", "[cli]") {
+  // The form of configs/tiny.yaml: flat model keys, the class implied by set_default_model.
+  const std::string dir = temp_dir("cli-classes-flat-switch");
+  std::vector<std::string> log;
+  CLI cli;
+  register_toys(cli, &log);
+  cli.set_default_model("ToyNet");
+  const std::string flat = write_file(dir, "flat.yaml", "model: {hidden: 16}\n");
+  const std::string other = write_file(dir, "other.yaml", "model: {class_path: OtherNet, init_args: {scale: 3.0}}\n");
+  for (const auto& over : {std::string("model=OtherNet"), std::string("model.class_path=OtherNet")}) {
+    INFO(over);
+    const YAML::Node r = cli.resolve(cli.load({flat}, {over}));
+    CHECK(r["model"]["class_path"].as<std::string>() == "OtherNet");
+    CHECK_FALSE(r["model"]["init_args"]["hidden"]);
+  }
+  const YAML::Node files = cli.resolve(cli.load({flat, other}, {}));
+  CHECK(files["model"]["class_path"].as<std::string>() == "OtherNet");
+  CHECK(files["model"]["init_args"]["scale"].as<double>() == 3.0);
+  CHECK_FALSE(files["model"]["init_args"]["hidden"]);
+  // Naming the default class itself keeps the flat arguments.
+  CHECK(cli.resolve(cli.load({flat}, {"model=ToyNet"}))["model"]["init_args"]["hidden"].as<int64_t>() == 16);
+}
+
 TEST_CASE("CLI: a trainer map override merges, an empty later section keeps keys, one document a file", "[cli]") {
   const std::string dir = temp_dir("cli-trainer-merge");
   std::vector<std::string> log;

@@ -3,7 +3,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,21 @@ std::string write_config(const std::string& text) {
   std::ofstream(path) << text;
   return path;
 }
+
+/// Puts back NODE_RANK, MASTER_ADDR and MASTER_PORT, which the launch flags set in this process.
+struct LaunchEnvScope {
+  std::map<std::string, std::string> saved;
+  LaunchEnvScope() {
+    for (const char* k : {"NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "VOLT_LAUNCHER_PID"}) {
+      if (const char* v = std::getenv(k)) saved[k] = v;
+      ::unsetenv(k);
+    }
+  }
+  ~LaunchEnvScope() {
+    for (const char* k : {"NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "VOLT_LAUNCHER_PID"}) ::unsetenv(k);
+    for (const auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+};
 }  // namespace
 
 TEST_CASE("CLI: --trainer=null (or model, data) is refused, naming the key", "[cli][refusals]") {
@@ -68,5 +85,36 @@ TEST_CASE("seed_everything and trainer.seed outside 0..2^32-1 are refused, as Li
   for (int64_t ok : {int64_t{0}, int64_t{4294967295}}) {
     edge.seed = ok;
     CHECK_NOTHROW(edge.validate());
+  }
+}
+
+TEST_CASE("a node rank outside trainer.num_nodes, or no master port for several nodes, is a config error (exit 2)",
+          "[cli][refusals][launch]") {
+  // Exit code 2 tells a restart agent or a scheduler that a retry would meet the same error.
+  const std::string cfg = write_config(
+      "trainer: {max_steps: 1, accelerator: cpu, devices: 1, num_nodes: 2, strategy: ddp, enable_progress_bar: false}\n"
+      "model: ToyNet\ndata: ToyData\n");
+  struct Case {
+    std::vector<std::string> flags;
+    std::vector<std::string> said;
+  };
+  const std::vector<Case> cases = {
+      {{"--node_rank=2", "--master_addr=127.0.0.1", "--master_port=29555"}, {"node rank 2", "trainer.num_nodes"}},
+      {{"--node_rank=-1", "--master_addr=127.0.0.1", "--master_port=29555"}, {"--node_rank", "-1"}},
+      {{"--node_rank=1", "--master_addr=127.0.0.1"}, {"master's port", "--master_port"}},
+      {{"--node_rank=1"}, {"--master_addr"}},
+  };
+  for (const auto& c : cases) {
+    INFO(c.flags.front() << " " << c.flags.size());
+    LaunchEnvScope env;
+    CLI cli;
+    std::vector<std::string> log;
+    register_toys(cli, &log);
+    std::vector<std::string> args{"fit", "--config", cfg};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const MainRun r = run_main(cli, args);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    for (const auto& s : c.said) CHECK_THAT(r.err, Contains(s));
   }
 }

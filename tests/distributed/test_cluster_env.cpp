@@ -157,7 +157,7 @@ TEST_CASE("a node rank outside trainer.num_nodes is refused before any rank star
   try {
     t.fit(*m, train);
     FAIL("fit with NODE_RANK=5 of 2 nodes did not throw");
-  } catch (const DistributedError& e) {
+  } catch (const ConfigError& e) {
     CHECK_THAT(e.what(), Catch::Contains("node rank 5") && Catch::Contains("trainer.num_nodes"));
   }
 }

@@ -99,7 +99,36 @@ TEST_CASE("a data module's state is saved in checkpoints and given back on resum
   RecordingData dm;
   dm.counter = 41;
   auto m = make_model(5);
-  Trainer(o, {every_step_checkpoint()}).fit(*m, dm);
+  {
+    Trainer t(o, {every_step_checkpoint()});
+    t.fit(*m, dm);
+    // trainer.save_checkpoint after fit still records the data module, as Lightning's (its
+    // trainer keeps it), with its state as fit left it, though the data module is gone by then.
+    dm.counter = 7;
+    {
+      RecordingData gone(3);
+      gone.counter = 12;
+      auto mg = make_model(5);
+      auto og = o;
+      og.default_root_dir = temp_dir("dm-state-gone");
+      Trainer tg(og);
+      tg.fit(*mg, gone);
+      tg.save_checkpoint(og.default_root_dir + "/after.ckpt");
+      const auto after = load_checkpoint_file(og.default_root_dir + "/after.ckpt");
+      CHECK(after.meta["datamodule"]["counter"].as<int>() == 12);
+      CHECK(after.meta["datamodule_hyper_parameters"]["val_sets"].as<int>() == 3);
+      // A later fit with plain loaders has no data module to record.
+      auto ml = make_model(5);
+      DataLoader plain = make_loader(64, 8);
+      tg.fit(*ml, plain);
+      tg.save_checkpoint(og.default_root_dir + "/loaders.ckpt");
+      const auto loaders = load_checkpoint_file(og.default_root_dir + "/loaders.ckpt");
+      CHECK_FALSE(loaders.meta["datamodule"]);
+      CHECK_FALSE(loaders.meta["datamodule_hyper_parameters"]);
+    }
+    t.save_checkpoint(root + "/after.ckpt");
+    CHECK(load_checkpoint_file(root + "/after.ckpt").meta["datamodule"]["counter"].as<int>() == 41);
+  }
   const auto ck = load_checkpoint_file(root + "/checkpoints/last.ckpt");
   CHECK(ck.meta["datamodule"]["counter"].as<int>() == 41);
   CHECK(ck.meta["datamodule_hyper_parameters"]["val_sets"].as<int>() == 1);

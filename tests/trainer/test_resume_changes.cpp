@@ -5,12 +5,15 @@
 #include <torch/torch.h>
 
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <sstream>
 #include <string>
 
 #include "checkpoint/checkpoint_support.h"
 #include "error_capture.h"
 #include "trainer/trainer_support.h"
+#include "volt/callbacks/on_exception_checkpoint.h"
+#include "volt/checkpoint/checkpoint.h"
 #include "volt/core/errors.h"
 
 using namespace volt;
@@ -164,4 +167,142 @@ TEST_CASE("ckpt_path='best' is the first ModelCheckpoint's best_model_path, and 
   Trainer none(quiet_options(root));
   CHECK_THAT(checkpoint_error([&] { none.validate(*m, val, "best"); }),
              Contains("ckpt_path='best'") && Contains("has no ModelCheckpoint"));
+}
+
+TEST_CASE("resume mid-epoch with another shuffle or seed is refused: the skipped batches would be other samples",
+          "[trainer][resume][refusals]") {
+  const std::string root = temp_dir("resume-shuffle");
+  const std::string ckpt = mid_epoch_checkpoint(root);  // shuffle off
+  auto o = quiet_options(root);
+  o.max_steps = 4;
+  Trainer t(o);
+  auto m = make_model<DecayModel>(0, 0.1, 0.0);
+  auto shuffled = make_loader(64, 8, /*shuffle=*/true, /*seed=*/3);
+  CHECK_THAT(checkpoint_error([&] { t.fit(*m, shuffled, nullptr, ckpt); }),
+             Contains(ckpt) && Contains("with shuffle off") && Contains("has shuffle on (seed 3)"));
+  // A shuffled run resumed with another seed.
+  const std::string root2 = temp_dir("resume-seed");
+  {
+    auto o2 = quiet_options(root2);
+    o2.enable_checkpointing = true;
+    o2.max_steps = 2;
+    Trainer first(o2, {every_step_checkpoint()});
+    auto m2 = make_model<DecayModel>(0, 0.1, 0.0);
+    auto train = make_loader(64, 8, true, 3);
+    first.fit(*m2, train);
+  }
+  Trainer again(o);
+  auto m3 = make_model<DecayModel>(0, 0.1, 0.0);
+  auto other_seed = make_loader(64, 8, true, 4);
+  CHECK_THAT(checkpoint_error([&] { again.fit(*m3, other_seed, nullptr, root2 + "/checkpoints/last.ckpt"); }),
+             Contains("shuffle on (seed 3)") && Contains("shuffle on (seed 4)"));
+}
+
+namespace {
+/// The global step of every validation (not the sanity check).
+struct ValidationSteps : Callback {
+  std::string state_key() const override { return "ValidationSteps"; }
+  void on_validation_end(Trainer& t, LightningModule&) override {
+    if (!t.sanity_checking()) steps.push_back(t.global_step());
+  }
+  std::vector<int64_t> steps;
+};
+}  // namespace
+
+TEST_CASE("a checkpoint written before its batch's validation: the resumed fit runs that validation first",
+          "[trainer][resume]") {
+  // Validation every 2 batches; every_n_train_steps saves at each batch's end, before its validation.
+  const std::string root = temp_dir("resume-val-pending");
+  auto o = quiet_options(root);
+  o.enable_checkpointing = true;
+  o.max_steps = 6;
+  o.val_check_interval = BatchLimit::count(2);
+  auto val = make_loader(16, 8);
+  auto whole_steps = std::make_shared<ValidationSteps>();
+  auto whole = make_model(0);
+  {
+    Trainer t(o, {whole_steps, every_step_checkpoint()});
+    auto train = make_loader(64, 8);
+    t.fit(*whole, train, &val);
+  }
+  CHECK(whole_steps->steps == std::vector<int64_t>{2, 4, 6});
+  const Checkpoint at2 = load_checkpoint_file(root + "/checkpoints/epoch=0-step=2.ckpt");
+  CHECK(at2.meta["loops"]["validation_pending"].as<bool>());
+  for (const int64_t max_steps : {int64_t{6}, int64_t{2}}) {
+    INFO("max_steps " << max_steps);
+    auto o2 = quiet_options(temp_dir("resume-val-pending-2"));
+    o2.max_steps = max_steps;
+    o2.val_check_interval = BatchLimit::count(2);
+    auto steps = std::make_shared<ValidationSteps>();
+    auto m = make_model(1);
+    Trainer t(o2, {steps});
+    auto train = make_loader(64, 8);
+    t.fit(*m, train, &val, root + "/checkpoints/epoch=0-step=2.ckpt");
+    REQUIRE_FALSE(steps->steps.empty());
+    CHECK(steps->steps.front() == 2);  // the validation due at step 2 (at max_steps 2: the only work left)
+    CHECK(t.callback_metrics().count("val_loss") == 1);
+    if (max_steps == 6) {
+      CHECK(steps->steps == whole_steps->steps);
+      CHECK(all_equal(snapshot(*m), snapshot(*whole)));
+    }
+  }
+}
+
+TEST_CASE("gradient accumulation: a stop signal waits for the window's step, and a checkpoint inside a window says so",
+          "[trainer][resume][accumulation][signals]") {
+  SECTION("SIGTERM inside a window stops at the next window's first batch, after the step") {
+    struct RaiseAtBatch : Callback {
+      std::string state_key() const override { return "RaiseAtBatch"; }
+      void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor&, const Batch&, int64_t i) override {
+        if (i == 2) std::raise(SIGTERM);  // after micro-batch 2 of the window {2, 3}
+      }
+    };
+    const std::string root = temp_dir("accum-sigterm");
+    auto o = quiet_options(root);
+    o.accumulate_grad_batches = 2;
+    o.max_steps = 20;
+    OnExceptionCheckpointOptions eo;
+    eo.dirpath = root + "/exc";
+    Trainer t(o, {std::make_shared<RaiseAtBatch>(), std::make_shared<OnExceptionCheckpoint>(eo)});
+    auto m = make_model(0);
+    auto train = make_loader(64, 8);
+    Logs logs;
+    CHECK_THROWS_WITH(t.fit(*m, train), Contains("stopped by SIGTERM") && Contains("batch 4"));
+    CHECK(t.global_step() == 2);  // the window {2, 3} stepped
+    CHECK_THAT(logs.text.str(), Contains("stopping after this gradient accumulation window's optimizer step"));
+    const Checkpoint c = load_checkpoint_file(root + "/exc/on_exception.ckpt");
+    CHECK(c.meta["loops"]["batch_in_epoch"].as<int64_t>() == 4);
+    CHECK_FALSE(c.meta["loops"]["accumulated_batches"]);
+  }
+  SECTION("a validation inside a window: its checkpoint records the micro-batches, and a resume warns") {
+    const std::string root = temp_dir("accum-val");
+    auto o = quiet_options(root);
+    o.accumulate_grad_batches = 2;
+    o.max_steps = 3;
+    o.enable_checkpointing = true;
+    o.val_check_interval = BatchLimit::count(3);  // after batch 2: the window {2, 3} is open
+    ModelCheckpointOptions mo;
+    mo.save_top_k = -1;
+    auto val = make_loader(16, 8);
+    {
+      Trainer t(o, {std::make_shared<ModelCheckpoint>(mo)});
+      auto m = make_model(0);
+      auto train = make_loader(64, 8);
+      t.fit(*m, train, &val);
+    }
+    const std::string ckpt = root + "/checkpoints/epoch=0-step=1.ckpt";
+    const Checkpoint c = load_checkpoint_file(ckpt);
+    CHECK(c.meta["loops"]["batch_in_epoch"].as<int64_t>() == 3);
+    CHECK(c.meta["loops"]["accumulated_batches"].as<int64_t>() == 1);
+    auto o2 = quiet_options(temp_dir("accum-val-2"));
+    o2.accumulate_grad_batches = 2;
+    o2.max_steps = 3;
+    Trainer t(o2);
+    auto m = make_model(0);
+    auto train = make_loader(64, 8);
+    Logs logs;
+    t.fit(*m, train, &val, ckpt);
+    CHECK_THAT(logs.text.str(), Contains("inside a gradient accumulation window") &&
+                                    Contains("its 1 micro-batch(es) since the last optimizer step"));
+  }
 }

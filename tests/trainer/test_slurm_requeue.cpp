@@ -70,6 +70,8 @@ TEST_CASE("SLURM requeue signal: every rank saves an hpc checkpoint, rank 0 requ
   INFO(log0);
   CHECK(codes == std::vector<int>{1, 1});
   CHECK_THAT(log0, Catch::Contains("at step 6") && Catch::Contains("requeued SLURM job 4242"));
+  CHECK_THAT(read_text(root + "/rank.1.log"),
+             Catch::Contains("volt: SIGUSR1 received: saving hpc_ckpt and requeueing the SLURM job"));
   CHECK(read_text(dir + "/scontrol.log") == "requeue 4242\n");  // once, by rank 0
   REQUIRE(fs::exists(root + "/hpc_ckpt_1.ckpt"));
   CHECK_FALSE(fs::exists(root + "/o.pt"));
