@@ -1,5 +1,6 @@
 #include "volt/callbacks/device_stats_monitor.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -65,7 +66,10 @@ void DeviceStatsMonitor::on_train_batch_end(Trainer& t, LightningModule&, const 
   if (t.global_step() % t.options().log_every_n_steps != 0) return;
   last_.clear();
   for (const auto& [k, v] : stats(t)) last_["DeviceStatsMonitor.on_train_batch_end/" + k] = v;
-  for (const auto& l : t.loggers()) l->log_metrics(last_, t.global_step());  // every logger, as Lightning's
+  // The step of this batch's training metrics (the one before this batch's optimizer step counted),
+  // as Lightning's _batches_that_stepped: the rows line up with train_loss's.
+  const int64_t step = std::max<int64_t>(0, t.global_step() - 1);
+  for (const auto& l : t.loggers()) l->log_metrics(last_, step);  // every logger, as Lightning's
 }
 
 }  // namespace volt

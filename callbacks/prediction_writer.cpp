@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "volt/checkpoint/tensor_dict_file.h"
 #include "volt/core/errors.h"
@@ -73,11 +74,23 @@ void PredictionWriter::on_predict_start(Trainer& trainer, LightningModule&) {
   std::vector<std::string> earlier;
   for (const std::string& p : {mine + ".pt", mine})
     if (fs::exists(p, ec)) earlier.push_back(p);
+  // Rank 0 also takes the files of ranks this run does not have (an earlier predict on more ranks):
+  // no rank of this run writes there, and they would hold samples twice.
+  if (trainer.is_global_zero()) {
+    static const std::regex rank_entry(R"(^rank_([0-9]{1,9})(\.pt)?$)");
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+      std::smatch m;
+      const std::string name = it->path().filename().string();
+      if (std::regex_match(name, m, rank_entry) && std::stoll(m[1].str()) >= trainer.world_size())
+        earlier.push_back(it->path().string());
+    }
+  }
   if (!earlier.empty()) {
+    std::string names;
+    for (const auto& p : earlier) names += (names.empty() ? "" : ", ") + fs::path(p).filename().string();
     spdlog::warn(
-        "PredictionWriter: removing an earlier predict's outputs of rank {} in '{}' so they do not mix "
-        "with this run's",
-        trainer.global_rank(), dir_);
+        "PredictionWriter: removing an earlier predict's outputs ({}) in '{}' so they do not mix with this run's",
+        names, dir_);
     for (const auto& p : earlier) fs::remove_all(p, ec);
   }
 }

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
+
 #include "volt/loggers/logger.h"
 #include "volt/trainer/trainer.h"
 
@@ -147,8 +149,9 @@ void ThroughputMonitor::on_train_batch_end(Trainer& t, LightningModule& m, const
   last_.clear();
   for (const auto& [k, v] : throughput_->compute()) last_[prefix + k] = v;
   const int64_t every = options_.log_every_n_steps > 0 ? options_.log_every_n_steps : t.options().log_every_n_steps;
+  // At the step of this batch's training metrics (as DeviceStatsMonitor's), every logger as Lightning's.
   if (t.global_step() % every == 0)
-    for (const auto& l : t.loggers()) l->log_metrics(last_, t.global_step());  // every logger, as Lightning's
+    for (const auto& l : t.loggers()) l->log_metrics(last_, std::max<int64_t>(0, t.global_step() - 1));
 }
 
 }  // namespace volt

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -73,17 +74,31 @@ void CSVLogger::flush() {
       std::ofstream out(tmp, std::ios::trunc);
       out << text.str();
       out.flush();
-      VOLT_CHECK(out.good(), Error, "writing the metrics log '", tmp, "' failed: ", std::strerror(errno),
-                 "; the previous '", path, "' is kept");
+      if (!out.good()) {
+        const int err = errno;
+        out.close();
+        std::remove(tmp.c_str());
+        throw Error(detail::str_cat("writing the metrics log '", tmp, "' failed: ", std::strerror(err),
+                                    "; the previous '", path, "' is kept"));
+      }
     }
     VOLT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, Error, "replacing the metrics log '", path,
                "' failed: ", std::strerror(errno));
     header_dirty_ = false;
   } else {
+    std::error_code ec;
+    const auto before = std::filesystem::file_size(path, ec);
     std::ofstream out(path, std::ios::app);
     for (size_t i = rows_written_; i < rows_.size(); ++i) out << format_row(rows_[i]) << '\n';
     out.flush();
-    VOLT_CHECK(out.good(), Error, "appending to the metrics log '", path, "' failed: ", std::strerror(errno));
+    if (!out.good()) {
+      // Whole rows only: a cut-off last row would read as a row with a wrong value (or step).
+      const int err = errno;
+      out.close();
+      if (!ec) std::filesystem::resize_file(path, before, ec);
+      throw Error(detail::str_cat("appending to the metrics log '", path, "' failed: ", std::strerror(err),
+                                  "; the rows before are kept"));
+    }
   }
   rows_written_ = rows_.size();
 }

@@ -63,6 +63,22 @@ void PyTorchProfiler::setup(const std::string& stage, const std::string& dir, in
   }
 }
 
+namespace {
+/// Whether the file's last non-space character closes a JSON object or array.
+bool ends_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  in.seekg(0, std::ios::end);
+  for (std::streamoff pos = in.tellg(); pos > 0; --pos) {
+    in.seekg(pos - 1);
+    const int c = in.get();
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    return c == '}' || c == ']';
+  }
+  return false;
+}
+}  // namespace
+
 void PyTorchProfiler::teardown() {
   std::string error;
   if (recording_) {
@@ -74,6 +90,9 @@ void PyTorchProfiler::teardown() {
     std::error_code ec;
     const auto size = std::filesystem::file_size(trace_path_, ec);
     if (error.empty() && (ec || size == 0)) error = ec ? ec.message() : "nothing was written (a full disk?)";
+    // LibTorch writes the trace through an unchecked stream: a full disk cuts it short silently. A
+    // whole Chrome trace is one JSON object or array, so its last character closes it.
+    if (error.empty() && !ends_json(trace_path_)) error = "the trace is cut short (a full disk?)";
     if (error.empty()) spdlog::info("PyTorchProfiler: Chrome trace written to {}", trace_path_);
   }
   SimpleProfiler::teardown();  // the table, whatever became of the trace

@@ -260,8 +260,8 @@ void CheckpointConnector::restore_callback_states(const YAML::Node& meta, const 
   if (!missing.empty())
     spdlog::warn(
         "Checkpoint {} holds the state of callbacks this fit does not have: {}. Their state is not restored; add "
-        "them to trainer.callbacks with the same options (as Lightning asks) for the fit to go on as the checkpointed "
-        "one",
+        "them to trainer.callbacks with the same options (as Lightning asks; a Timer: or set trainer.max_time) for "
+        "the fit to go on as the checkpointed one",
         path, missing);
 }
 

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <csignal>
+#include <map>
 
+#include "volt/checkpoint/rng_state.h"
 #include "volt/core/errors.h"
 #include "volt/core/signals.h"
 
@@ -68,7 +70,9 @@ bool FitLoop::min_reached() const {
 
 bool FitLoop::done() const {
   if (options_.max_steps >= 0 && progress_.global_step >= options_.max_steps) return true;
-  return should_stop_ && min_reached();
+  // should_stop (a Timer, max_time, EarlyStopping) waits for the accumulation window's step:
+  // see [Note: whole accumulation windows].
+  return should_stop_ && min_reached() && !window_open_;
 }
 
 namespace {
@@ -188,10 +192,20 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
     }
     const bool last_micro = ((i + 1) % accum == 0) || last;
     auto batch_scope = profile(strategy_.profiler(), "run_training_batch");
+    // [Note: a stop at check_step] The stop comes after this batch's forward, with batch i not done:
+    // the generators go back to where they were before it, so that a checkpoint of the stop
+    // (OnExceptionCheckpoint) resumes at batch i with the same dropout masks.
+    const std::map<std::string, torch::Tensor> rng_before =
+        automatic ? capture_rng_states(strategy_.root_device()) : std::map<std::string, torch::Tensor>{};
     torch::Tensor loss = strategy_.training_step(module, b, i);
     if (automatic) {
       VOLT_CHECK(loss.defined() && loss.numel() == 1, ConfigError, "training_step must return a scalar loss");
-      check_step(loss, i, /*window_open=*/i % accum != 0);
+      try {
+        check_step(loss, i, /*window_open=*/i % accum != 0);
+      } catch (const TrainingError&) {
+        restore_rng_states(rng_before, strategy_.root_device());
+        throw;
+      }
       torch::Tensor scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
       hooks_.on_before_backward(module, scaled);
       strategy_.backward(module, scaled, last_micro);
@@ -201,6 +215,8 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
       // Manual optimization: training_step stepped its optimizers (and counted the global steps).
       VOLT_CHECK(!loss.defined() || loss.numel() == 1, ConfigError,
                  "training_step must return a scalar loss or an undefined tensor, got shape ", loss.sizes());
+      // training_step took its optimizer steps: batch i is done, whatever check_step decides.
+      progress_.batch_in_epoch = i + 1;
       check_step(loss, i, /*window_open=*/false);
     }
     batch_scope.end();

@@ -18,7 +18,10 @@
 #include "volt/callbacks/model_summary.h"
 #include "volt/callbacks/on_exception_checkpoint.h"
 #include "volt/callbacks/progress_bar.h"
+#include "volt/callbacks/stochastic_weight_averaging.h"
 #include "volt/callbacks/timer.h"
+#include "volt/callbacks/weight_averaging.h"
+#include "volt/checkpoint/comm_text.h"
 #include "volt/core/errors.h"
 #include "volt/core/signals.h"
 #include "volt/strategies/parallel_strategy.h"
@@ -142,6 +145,8 @@ void Trainer::setup(LightningModule& module, const std::string& stage) {
   evaluation_loop_.set_inference_mode(inference);
   predict_loop_.set_inference_mode(inference);
 
+  if (profiler_ && stage != "fit" && strategy_->is_global_zero())
+    spdlog::warn("trainer.profiler profiles fit only: {} runs without it (Lightning profiles every stage)", stage);
   // Lightning's order: prepare_data, the callbacks' and the module's setup, then configure_model.
   prepare_module_data(module);
   add_module_callbacks(module);
@@ -189,6 +194,19 @@ bool is_checkpoint_callback(const Callback& c) {
 /// under one key would overwrite each other's state in checkpoints, and a resumed fit would give
 /// both the last one's (Lightning refuses them too).
 void check_state_keys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  // Two averaging callbacks would each swap their copy in for validation (training would go on
+  // from the other's average) and copy it into the model at the end (the last one wins).
+  std::string averaging;
+  for (const auto& c : callbacks) {
+    if (!dynamic_cast<const WeightAveraging*>(c.get()) && !dynamic_cast<const StochasticWeightAveraging*>(c.get()))
+      continue;
+    const std::string type = c10::demangle(typeid(*c).name());
+    VOLT_CHECK(averaging.empty(), ConfigError, "trainer.callbacks holds two weight-averaging callbacks (", averaging,
+               " and ", type,
+               "): each would put its average into the model, for validation and at the end of fit; "
+               "keep one");
+    averaging = type;
+  }
   std::map<std::string, std::string> seen;  // state key -> the first one's type
   for (const auto& c : callbacks) {
     const YAML::Node s = c->state_dict();
@@ -389,8 +407,12 @@ void Trainer::run_fit(LightningModule& module, LightningDataModule* datamodule, 
           "Running in `fast_dev_run` mode: will run the requested loop using {} batch(es). Logging and "
           "checkpointing is suppressed.",
           options_.fast_dev_run.batches);
+    // Every rank's trace goes beside rank 0's (only rank 0 has a logger, and so a log_dir).
+    // Collective on every rank, profiler or not: trainer.profiler may differ between nodes.
+    const std::string rank0_log_dir = detail::broadcast_text(strategy_->state_comm(), log_dir(), 0);
     if (profiler_)
-      profiler_->setup("fit", log_dir().empty() ? options_.default_root_dir : log_dir(), strategy_->global_rank());
+      profiler_->setup("fit", rank0_log_dir.empty() ? options_.default_root_dir : rank0_log_dir,
+                       strategy_->global_rank());
     if (datamodule) {
       prepare_once(*datamodule, "fit");
       dm_train = datamodule->train_dataloader();

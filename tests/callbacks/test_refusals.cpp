@@ -14,10 +14,12 @@
 #include "trainer/trainer_support.h"
 #include "volt/callbacks/device_stats_monitor.h"
 #include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/ema_weight_averaging.h"
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/prediction_writer.h"
 #include "volt/callbacks/progress_bar.h"
+#include "volt/callbacks/stochastic_weight_averaging.h"
 #include "volt/callbacks/timer.h"
 #include "volt/checkpoint/checkpoint.h"
 #include "volt/checkpoint/checkpoint_reader.h"
@@ -197,12 +199,20 @@ TEST_CASE("PredictionWriter into a folder it cannot write fails before the first
       t.predict(m, loader, "", false);
     }
     CHECK(fs::exists(root + "/pred/rank_0/dataloader_0/batch_2.pt"));
+    // An earlier predict on 2 ranks left rank 1's files: no rank of this run writes there.
+    fs::create_directories(root + "/pred/rank_1/dataloader_0");
+    std::ofstream(root + "/pred/rank_1/dataloader_0/batch_0.pt") << "x";
+    std::ofstream(root + "/pred/rank_1.pt") << "x";
+    std::ofstream(root + "/pred/rank_1.notes") << "x";  // not a file of the writer's: kept
     Trainer t(quiet_options(root), {std::make_shared<PredictionWriter>(wo)});
     CountingPredict m;
     auto loader = make_loader(8, 8);  // 1 batch
     t.predict(m, loader, "", false);
     CHECK(fs::exists(root + "/pred/rank_0/dataloader_0/batch_0.pt"));
     CHECK_FALSE(fs::exists(root + "/pred/rank_0/dataloader_0/batch_2.pt"));
+    CHECK_FALSE(fs::exists(root + "/pred/rank_1"));
+    CHECK_FALSE(fs::exists(root + "/pred/rank_1.pt"));
+    CHECK(fs::exists(root + "/pred/rank_1.notes"));
   }
 }
 
@@ -338,5 +348,22 @@ TEST_CASE("callbacks' states: keys as Lightning's, two under one key refused, a 
     t.fit(*m, train, &val, root + "/every/last.ckpt");
     CHECK_THAT(logs.text.str(), Contains("holds the state of callbacks this fit does not have") &&
                                     Contains("ModelCheckpoint{'monitor': 'val_loss'"));
+  }
+}
+
+TEST_CASE("two weight-averaging callbacks in one Trainer are refused", "[callbacks][weight_averaging][refusals]") {
+  auto o = quiet_options(temp_dir("two-averaging"));
+  o.max_steps = 2;
+  StochasticWeightAveragingOptions swa;
+  swa.swa_lrs.values = {0.01};
+  const std::vector<std::pair<std::shared_ptr<Callback>, std::shared_ptr<Callback>>> pairs = {
+      {std::make_shared<EMAWeightAveraging>(), std::make_shared<WeightAveraging>()},
+      {std::make_shared<EMAWeightAveraging>(), std::make_shared<StochasticWeightAveraging>(swa)}};
+  for (const auto& [a, b] : pairs) {
+    Trainer t(o, {a, b});
+    auto m = make_model(0);
+    auto train = make_loader(64, 8);
+    CHECK_THAT(config_error([&] { t.fit(*m, train); }),
+               Contains("two weight-averaging callbacks") && Contains("EMAWeightAveraging") && Contains("keep one"));
   }
 }

@@ -1,10 +1,15 @@
 // Unit tests of CSVLogger: the files of Lightning's CSVLogger (metrics.csv, hparams.yaml) in
 // versioned folders, written on flush.
+#include <sys/mount.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -180,4 +185,36 @@ TEST_CASE("CSVLogger: a full disk is an error naming the file, and the metrics a
       CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains(path));
     }
   }
+}
+
+TEST_CASE("CSVLogger: a disk that fills in the middle of a row keeps whole rows only", "[unit][loggers][csv]") {
+  // A small tmpfs of this test's own (root only; skipped elsewhere), filled but for a few hundred bytes.
+  const std::string mnt = temp_dir("csv-tmpfs");
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    WARN("cannot mount a tmpfs here (" << std::strerror(errno) << "): skipped");
+    return;
+  }
+  struct Unmount {
+    std::string at;
+    ~Unmount() { ::umount2(at.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  CSVLogger log(mnt + "/logs", "lightning_logs", -1, /*flush_logs_every_n_steps=*/1000000);
+  const std::string path = log.log_dir() + "/metrics.csv";
+  log.log_metrics({{"loss", 2.5}}, 0);
+  log.flush();
+  {
+    std::ofstream fill(mnt + "/fill", std::ios::binary);
+    const std::string block(512, 'x');
+    while (fill.write(block.data(), static_cast<std::streamsize>(block.size())) && fill.flush()) {
+    }
+  }
+  // Free two pages (tmpfs counts pages): some 12 KB of rows fit, the next is cut by ENOSPC.
+  fs::resize_file(mnt + "/fill", fs::file_size(mnt + "/fill") - 2 * 4096);
+  for (int64_t s = 1; s < 2000; ++s) log.log_metrics({{"loss", 1.0 / 3.0 + static_cast<double>(s)}}, s);
+  CHECK_THROWS_AS(log.flush(), volt::Error);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE_FALSE(text.empty());
+  CHECK(text.back() == '\n');
+  for (const auto& line : lines_in(path)) CHECK(std::count(line.begin(), line.end(), ',') == 1);
 }

@@ -306,3 +306,79 @@ TEST_CASE("gradient accumulation: a stop signal waits for the window's step, and
                                     Contains("its 1 micro-batch(es) since the last optimizer step"));
   }
 }
+
+namespace {
+/// A BoringModel whose loss draws from the default generator (as dropout does).
+struct NoisyModel : BoringModel {
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    auto out = forward(batch[0]);
+    return torch::mse_loss(out + 0.1 * torch::randn_like(out), torch::ones_like(out));
+  }
+};
+}  // namespace
+
+TEST_CASE(
+    "a stop signal's OnExceptionCheckpoint resumes exactly with random draws in the step, and should_stop waits "
+    "for the accumulation window",
+    "[trainer][resume][accumulation][signals]") {
+  for (const int64_t accum : {int64_t{1}, int64_t{2}}) {
+    DYNAMIC_SECTION("accumulate_grad_batches " << accum) {
+      auto options = [&](const std::string& root) {
+        auto o = quiet_options(root);
+        o.max_steps = 6;
+        o.accumulate_grad_batches = accum;
+        return o;
+      };
+      auto whole = make_model<NoisyModel>(0);
+      {
+        Trainer t(options(temp_dir("noisy-whole")));
+        auto train = make_loader(64, 4);
+        t.fit(*whole, train);
+      }
+      // SIGTERM after batch 2: the stop comes at batch 3 (accumulate 1) or 4 (the window {2, 3} first).
+      struct RaiseAfter2 : Callback {
+        std::string state_key() const override { return "RaiseAfter2"; }
+        void on_train_batch_end(Trainer&, LightningModule&, const torch::Tensor&, const Batch&, int64_t i) override {
+          if (i == 2) std::raise(SIGTERM);
+        }
+      };
+      const std::string root = temp_dir("noisy-stop");
+      OnExceptionCheckpointOptions eo;
+      eo.dirpath = root + "/exc";
+      {
+        Trainer t(options(root), {std::make_shared<RaiseAfter2>(), std::make_shared<OnExceptionCheckpoint>(eo)});
+        auto m = make_model<NoisyModel>(0);
+        auto train = make_loader(64, 4);
+        CHECK_THROWS_WITH(t.fit(*m, train), Contains("stopped by SIGTERM"));
+      }
+      CHECK(load_checkpoint_file(root + "/exc/on_exception.ckpt").meta["loops"]["batch_in_epoch"].as<int64_t>() ==
+            (accum == 1 ? 3 : 4));
+      auto resumed = make_model<NoisyModel>(5);
+      {
+        Trainer t(options(temp_dir("noisy-resumed")));
+        auto train = make_loader(64, 4);
+        t.fit(*resumed, train, nullptr, root + "/exc/on_exception.ckpt");
+      }
+      CHECK(all_equal(snapshot(*resumed), snapshot(*whole)));
+
+      // should_stop inside a window (a Timer's, EarlyStopping's) ends fit after the window's step.
+      struct StopAfter2 : Callback {
+        std::string state_key() const override { return "StopAfter2"; }
+        void on_train_batch_end(Trainer& t, LightningModule&, const torch::Tensor&, const Batch&, int64_t i) override {
+          if (i == 2) t.should_stop = true;
+        }
+      };
+      const std::string root2 = temp_dir("accum-should-stop");
+      auto o2 = options(root2);
+      o2.enable_checkpointing = true;
+      Trainer t(o2, {std::make_shared<StopAfter2>()});
+      auto m = make_model<NoisyModel>(0);
+      auto train = make_loader(64, 4);
+      t.fit(*m, train);
+      const Checkpoint last = load_checkpoint_file(root2 + "/checkpoints/last.ckpt");
+      CHECK(last.meta["loops"]["batch_in_epoch"].as<int64_t>() == (accum == 1 ? 3 : 4));
+      CHECK_FALSE(last.meta["loops"]["accumulated_batches"]);
+      CHECK(t.global_step() == (accum == 1 ? 3 : 2));
+    }
+  }
+}
