@@ -39,9 +39,8 @@ YAML::Node lookup(const YAML::Node& meta, const std::string& section, const std:
   return s[name];
 }
 
-/// The state `c` saved in `meta` (under its state key, else under a key an earlier version used),
-/// and that key; a null node when there is none. Only when the checkpoint has no state under any
-/// current key of `callbacks`: an old checkpoint (one ModelCheckpoint under "ModelCheckpoint").
+/// The state `c` saved in `meta` (under its state key, else under a key an earlier version used,
+/// as "ModelCheckpoint"), and that key; a null node when there is none.
 std::pair<YAML::Node, std::string> callback_state(const YAML::Node& meta, const Callback& c) {
   const YAML::Node all = meta["callbacks"];
   if (!all || !all.IsMap()) return {YAML::Node(), ""};

@@ -235,8 +235,7 @@ void FitLoop::run_epoch(DataLoader& train_loader, const std::vector<DataLoader*>
     const torch::Tensor loss_d = loss.defined() ? loss.detach() : loss;
     hooks_.on_train_batch_end(module, loss_d, b, i);
     note_held_stop(should_stop_ && !min_reached(), min_warned_, options_, strategy_.is_global_zero());
-    if (validate_now) run_validation(module, val_loaders);
-    validation_pending_ = false;
+    if (validate_now) run_validation(module, val_loaders);  // clears validation_pending_
     // ReduceLROnPlateau with interval "step": after the step's validation, as Lightning.
     if (last_micro) optimization_.plateau_schedulers(SchedulerInterval::Step, progress_.global_step, callback_metrics);
     scheduler_step_pending_ = false;
@@ -364,8 +363,7 @@ void FitLoop::resume_pending(LightningModule& module, const std::vector<DataLoad
   resume_validation_ = resume_scheduler_step_ = false;
   if (!validate) return;
   validation_pending_ = enable_validation_;
-  run_validation(module, val_loaders);
-  validation_pending_ = false;
+  run_validation(module, val_loaders);  // clears validation_pending_
   module.train();
   if (schedulers)
     optimization_.plateau_schedulers(

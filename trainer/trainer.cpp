@@ -190,12 +190,9 @@ bool is_checkpoint_callback(const Callback& c) {
          dynamic_cast<const OnExceptionCheckpoint*>(&c) != nullptr;
 }
 
-/// Stateful callbacks (a state_dict() with something in it) must have distinct state keys: two
-/// under one key would overwrite each other's state in checkpoints, and a resumed fit would give
-/// both the last one's (Lightning refuses them too).
-void check_state_keys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
-  // Two averaging callbacks would each swap their copy in for validation (training would go on
-  // from the other's average) and copy it into the model at the end (the last one wins).
+/// At most one weight-averaging callback: two would each swap their copy in for validation
+/// (training would go on from the other's average) and copy it into the model at the end.
+void check_one_averaging(const std::vector<std::shared_ptr<Callback>>& callbacks) {
   std::string averaging;
   for (const auto& c : callbacks) {
     if (!dynamic_cast<const WeightAveraging*>(c.get()) && !dynamic_cast<const StochasticWeightAveraging*>(c.get()))
@@ -207,6 +204,12 @@ void check_state_keys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
                "keep one");
     averaging = type;
   }
+}
+
+/// Stateful callbacks (a state_dict() with something in it) must have distinct state keys: two
+/// under one key would overwrite each other's state in checkpoints, and a resumed fit would give
+/// both the last one's (Lightning refuses them too).
+void check_state_keys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
   std::map<std::string, std::string> seen;  // state key -> the first one's type
   for (const auto& c : callbacks) {
     const YAML::Node s = c->state_dict();
@@ -310,6 +313,7 @@ void Trainer::add_default_callbacks(const std::string& stage) {
   // Checkpoint callbacks last (Lightning's _reorder_callbacks), the others in the order given.
   std::stable_partition(callbacks_.begin(), callbacks_.end(),
                         [](const std::shared_ptr<Callback>& c) { return !is_checkpoint_callback(*c); });
+  check_one_averaging(callbacks_);
   check_state_keys(callbacks_);
 }
 
