@@ -5,6 +5,8 @@
 
 #include <iomanip>
 #include <sstream>
+#include <unordered_set>
+#include <vector>
 
 #include "volt/trainer/trainer.h"
 
@@ -24,9 +26,18 @@ std::string human(int64_t n) {
     os << n << "  ";
   return os.str();
 }
+/// Each parameter once: LibTorch lists a shared one (tied embeddings) under each of its names;
+/// Lightning's summary, over PyTorch's deduplicated parameters(), counts it once.
+std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : m.parameters())
+    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  return out;
+}
 int64_t count(const torch::nn::Module& m, bool trainable_only) {
   int64_t n = 0;
-  for (const auto& p : m.parameters())
+  for (const auto& p : unique_parameters(m))
     if (!trainable_only || p.requires_grad()) n += p.numel();
   return n;
 }
@@ -60,7 +71,7 @@ std::string ModelSummary::summarize(const torch::nn::Module& module, int64_t max
   os << std::string(wn + wt + 20, '-') << '\n';
   const int64_t total = count(module, false), trainable = count(module, true);
   double bytes = 0;
-  for (const auto& p : module.parameters()) bytes += static_cast<double>(p.numel() * p.element_size());
+  for (const auto& p : unique_parameters(module)) bytes += static_cast<double>(p.numel() * p.element_size());
   os << std::left << std::setw(10) << human(trainable) << "Trainable params\n"
      << std::setw(10) << human(total - trainable) << "Non-trainable params\n"
      << std::setw(10) << human(total) << "Total params\n"

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "volt/core/errors.h"
+#include "volt/core/files.h"
 
 namespace volt {
 
@@ -134,10 +135,8 @@ std::string PlotImage::png() const {
 
 void PlotImage::write_png(const std::string& path) const {
   const std::string bytes = png();
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  f.close();
-  VOLT_CHECK(f.good(), Error, "cannot write the image '", path, "' (is the folder writable? the disk full?)");
+  const std::string err = detail::write_file_atomic(path, bytes);
+  VOLT_CHECK(err.empty(), Error, "cannot write the image: ", err, " (is the folder writable? the disk full?)");
 }
 
 }  // namespace volt

@@ -31,6 +31,7 @@
 #include "volt/cli/consolidate.h"
 #include "volt/cli/launch_flags.h"
 #include "volt/core/errors.h"
+#include "volt/core/files.h"
 #include "volt/core/options.h"
 #include "volt/distributed/elastic_agent.h"
 #include "volt/trainer/trainer.h"
@@ -304,6 +305,10 @@ CLI::Resolved CLI::resolve_config(const YAML::Node& config) const {
   r.trainer.validate();
   if (top["ckpt_path"])
     r.ckpt_path = detail::YamlCodec<std::optional<std::string>>::decode(top["ckpt_path"], "ckpt_path").value_or("");
+  // A mistyped path fails here, before a logger makes its version folder.
+  VOLT_CHECK(r.ckpt_path.empty() || r.ckpt_path == "last" || r.ckpt_path == "best" || detail::path_exists(r.ckpt_path),
+             ConfigError, "config key 'ckpt_path': '", r.ckpt_path,
+             "' does not exist (a checkpoint file or sharded folder, or 'last' or 'best')");
 
   YAML::Node callbacks_yaml(YAML::NodeType::Sequence);
   if (callbacks && !callbacks.IsNull()) {
@@ -412,7 +417,8 @@ int CLI::run(const cli::Command& command) {
       const auto current = find_path(r.model_args, link.target_arg);
       const LinkValues v{YAML::Clone(*source), current ? *current : YAML::Node(),
                          find_path(r.model_given, link.target_arg).has_value(), target_key};
-      set_path(r.model_args, link.target_arg, link.compute(v));
+      const YAML::Node value = link.compute(v);
+      if (current || !value.IsNull()) set_path(r.model_args, link.target_arg, value);  // null: not the model's key
     }
     r.model_args = r.model->resolve(r.model_args, r.model_prefix);  // validated with the linked values
     r.yaml["model"] = class_yaml(r.model->name, r.model_args);      // the saved config shows them

@@ -86,7 +86,8 @@ struct LinkValues {
   bool target_given;       ///< whether the config sets the target
   std::string target_key;  ///< for messages: "model.vocab_size" or "model.init_args.vocab_size"
 };
-/// Returns the target's value (throw ConfigError naming target_key to refuse a combination).
+/// Returns the target's value (throw ConfigError naming target_key to refuse a combination). Null
+/// for a target the configured model does not have (`target` is null then) leaves it absent.
 using LinkCompute = std::function<YAML::Node(const LinkValues&)>;
 
 class CLI {

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace volt::detail {
@@ -32,6 +33,31 @@ bool remove_tree(const std::string& path) {
   bool ok = true;
   for (const auto& c : children) ok = remove_tree(c) && ok;
   return ::rmdir(path.c_str()) == 0 && ok;
+}
+
+std::string write_file_atomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create '" + tmp + "': " + std::strerror(errno);
+  const char* p = data.data();
+  size_t left = data.size();
+  int err = 0;
+  while (left > 0 && err == 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err == 0) return {};
+  ::unlink(tmp.c_str());
+  return "writing '" + path + "' failed: " + std::strerror(err) + " (the previous file, if any, is kept)";
 }
 
 FileLock::~FileLock() { unlock(); }

@@ -14,6 +14,12 @@ bool remove_tree(const std::string& path);
 /// True if `path` exists (without following a final symlink).
 bool path_exists(const std::string& path);
 
+/// Replaces `path` with `data` atomically: written to a temporary file beside it (named after the
+/// process), flushed to disk, then renamed over `path`. A reader sees the old file or the new one,
+/// never a cut-off one (a full disk, a kill); on failure the temporary file is removed and `path`
+/// is left as it was. Returns "" on success, else what failed (with the system error).
+std::string write_file_atomic(const std::string& path, const std::string& data);
+
 /// An exclusive advisory lock (flock) on an existing file or folder, held for the object's life:
 /// the kernel releases it when the process dies, however it dies. Locking a folder leaves nothing
 /// in it. RAII; not copyable.

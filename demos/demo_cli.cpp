@@ -1,5 +1,8 @@
 #include "volt/demos/demo_cli.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <iostream>
 
 #include "volt/core/errors.h"
@@ -51,6 +54,18 @@ YAML::Node link_vocab_size(const LinkValues& v) {
   return v.target;
 }
 
+/// model.max_position_embeddings against data.block_size: a check, not a fill (the model's table
+/// may be longer than the windows); shorter would fail at the first forward, after set-up.
+YAML::Node check_positions(const LinkValues& v) {
+  if (v.target.IsNull()) return v.target;  // a model without a position table (LanguageModel)
+  const int64_t block = v.source.as<int64_t>();
+  const int64_t positions = v.target.as<int64_t>();
+  VOLT_CHECK(positions >= block, ConfigError, "config key '", v.target_key, "': ", positions,
+             " is shorter than data.block_size (", block, " tokens a sample); raise it to at least ", block,
+             " or lower data.block_size");
+  return v.target;
+}
+
 }  // namespace
 
 void register_demo(CLI& cli) {
@@ -67,11 +82,19 @@ void register_demo(CLI& cli) {
   cli.add_datamodule<TokenData>("TokenData");
   cli.link_arguments<TokenData>(
       "data.vocab_size", [](const TokenData& d) { return d.vocab_size(); }, "model.vocab_size", link_vocab_size);
+  cli.link_arguments<TokenData>(
+      "data.block_size", [](const TokenData& d) { return d.options().block_size; }, "model.max_position_embeddings",
+      check_positions);
   cli.set_default_model("LanguageModel");
   cli.set_default_datamodule("WikiText2Data");
   cli.add_subcommand("generate", "Continues a prompt with a trained LlamaLM checkpoint (KV cache, top-k).",
-                     generate_usage("volt"),
-                     [](int argc, char** argv) { return run_generate(parse_generate_args(argc, argv, 2), std::cout); });
+                     generate_usage("volt"), [](int argc, char** argv) {
+                       // The text is the command's output (`volt generate ... > out.txt`): the
+                       // log lines go to stderr, as Hugging Face's and llama.cpp's do.
+                       spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+                           "volt", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+                       return run_generate(parse_generate_args(argc, argv, 2), std::cout);
+                     });
 }
 
 int run_cli(const cli::Command& command) {

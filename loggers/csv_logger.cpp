@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "volt/core/errors.h"
+#include "volt/core/files.h"
 #include "volt/loggers/version_dir.h"
 
 namespace volt {
@@ -69,21 +70,8 @@ void CSVLogger::flush() {
     for (size_t i = 0; i < keys_.size(); ++i) text << (i ? "," : "") << csv_field(keys_[i]);
     text << '\n';
     for (const auto& r : rows_) text << format_row(r) << '\n';
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << text.str();
-      out.flush();
-      if (!out.good()) {
-        const int err = errno;
-        out.close();
-        std::remove(tmp.c_str());
-        throw Error(detail::str_cat("writing the metrics log '", tmp, "' failed: ", std::strerror(err),
-                                    "; the previous '", path, "' is kept"));
-      }
-    }
-    VOLT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, Error, "replacing the metrics log '", path,
-               "' failed: ", std::strerror(errno));
+    const std::string err = detail::write_file_atomic(path, text.str());
+    VOLT_CHECK(err.empty(), Error, "metrics log: ", err);
     header_dirty_ = false;
   } else {
     std::error_code ec;
@@ -104,19 +92,13 @@ void CSVLogger::flush() {
 }
 
 void CSVLogger::log_hyperparams(const YAML::Node& hparams, const std::map<std::string, double>&) {
-  const std::string path = log_dir_ + "/hparams.yaml";
-  std::ofstream out(path);
-  out << YAML::Dump(hparams) << '\n';
-  out.flush();
-  VOLT_CHECK(out.good(), Error, "writing '", path, "' failed: ", std::strerror(errno));
+  const std::string err = detail::write_file_atomic(log_dir_ + "/hparams.yaml", YAML::Dump(hparams) + "\n");
+  VOLT_CHECK(err.empty(), Error, err);
 }
 
 void CSVLogger::save_config(const YAML::Node& config) {
-  const std::string path = log_dir_ + "/config.yaml";
-  std::ofstream out(path);
-  out << YAML::Dump(config) << '\n';
-  out.flush();
-  VOLT_CHECK(out.good(), Error, "writing '", path, "' failed: ", std::strerror(errno));
+  const std::string err = detail::write_file_atomic(log_dir_ + "/config.yaml", YAML::Dump(config) + "\n");
+  VOLT_CHECK(err.empty(), Error, err);
 }
 
 }  // namespace volt

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "volt/core/errors.h"
+#include "volt/core/files.h"
 #include "volt/loggers/version_dir.h"
 
 // The generated classes exist when the build found libprotobuf and protoc (CMakeLists.txt).
@@ -52,10 +53,8 @@ std::unique_ptr<detail::TFRecordWriter> new_event_file(const std::string& dir) {
 }
 
 void write_yaml(const std::string& path, const YAML::Node& node) {
-  std::ofstream out(path);
-  out << YAML::Dump(node) << '\n';
-  out.flush();
-  VOLT_CHECK(out.good(), Error, "writing '", path, "' failed: ", std::strerror(errno));
+  const std::string err = detail::write_file_atomic(path, YAML::Dump(node) + "\n");
+  VOLT_CHECK(err.empty(), Error, err);
 }
 
 #ifdef VOLT_TENSORBOARD_PROTOS

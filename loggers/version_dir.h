@@ -10,8 +10,9 @@ namespace volt::detail {
 /// none, or the folder does not exist).
 int64_t next_version(const std::string& save_dir, const std::string& name);
 
-/// Creates <save_dir>/<name>/version_<version> (version < 0: next_version()) and returns its path;
-/// `version` is set to the number used. An explicit version whose folder already holds an earlier
+/// Creates <save_dir>/<name>/version_<version> (version < 0: next_version(), claimed by creating the
+/// folder, so that two runs starting at once in one log root get distinct versions) and returns its
+/// path; `version` is set to the number used. An explicit version whose folder already holds an earlier
 /// run's metrics.csv, hparams.yaml or config.yaml is warned about (this run replaces them), as
 /// Lightning warns. Throws ConfigError naming the folder when it cannot be created.
 std::string make_version_dir(const std::string& save_dir, const std::string& name, int64_t& version);

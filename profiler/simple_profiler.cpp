@@ -9,6 +9,8 @@
 #include <fstream>
 #include <vector>
 
+#include "volt/core/files.h"
+
 namespace volt {
 
 SimpleProfiler::SimpleProfiler(std::string dirpath, std::string filename)
@@ -85,9 +87,8 @@ void SimpleProfiler::teardown() {
   spdlog::info("{}", "\n" + text);
   try {
     std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
-    std::ofstream f(path_);
-    f << text;
-    if (!f) spdlog::warn("SimpleProfiler: could not write {}", path_);
+    const std::string err = detail::write_file_atomic(path_, text);
+    if (!err.empty()) spdlog::warn("SimpleProfiler: {} (the table is in the log above)", err);
   } catch (const std::exception& e) {
     spdlog::warn("SimpleProfiler: could not write {}: {}", path_, e.what());
   }

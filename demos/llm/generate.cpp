@@ -119,7 +119,15 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
   VOLT_CHECK(fs::exists(o.ckpt_path), ConfigError, "--ckpt_path: ", o.ckpt_path, " does not exist");
   const auto [model_args, data_args] = run_sections(o);
   auto options = options_from_yaml<LlamaLMOptions>(model_args, "model");
-  const Tokenizer tokenizer(tokenizer_file(o, data_args));
+  const std::string tokenizer_path = tokenizer_file(o, data_args);
+  std::unique_ptr<const Tokenizer> loaded;
+  try {
+    loaded = std::make_unique<const Tokenizer>(tokenizer_path);
+  } catch (const DataError& e) {  // a file the user named (or the run's): bad input, exit 2
+    throw ConfigError(
+        detail::str_cat(o.tokenizer.empty() ? "volt generate: the run's tokenizer: " : "--tokenizer: ", e.what()));
+  }
+  const Tokenizer& tokenizer = *loaded;
   // A run config's vocab_size 0 is the data's vocabulary, which for TokenData is the tokenizer's.
   if (options.vocab_size == 0) options.vocab_size = tokenizer.vocab_size();
   VOLT_CHECK(tokenizer.vocab_size() <= options.vocab_size, ConfigError, "volt generate: the tokenizer has ",
@@ -131,7 +139,14 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
   const auto report = load_weights(model, o.ckpt_path);
   spdlog::info("generate: {} tensors from {} ({})", report.loaded, o.ckpt_path, report.format);
 
-  std::vector<int64_t> ids = tokenizer.encode(o.prompt, o.add_bos);
+  VOLT_CHECK(!o.add_bos || tokenizer.bos_id() >= 0, ConfigError, "volt generate: --add_bos is true but the tokenizer '",
+             tokenizer_path, "' has no <s> piece; pass --add_bos false (and a --prompt)");
+  std::vector<int64_t> ids;
+  try {
+    ids = tokenizer.encode(o.prompt, o.add_bos);
+  } catch (const DataError& e) {
+    throw ConfigError(detail::str_cat("--prompt: ", e.what()));
+  }
   VOLT_CHECK(!ids.empty(), ConfigError, "volt generate: the prompt is empty and --add_bos is false: nothing to ",
              "continue; give --prompt or --add_bos true");
   auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(o.seed));

@@ -198,9 +198,11 @@ torch::Tensor LlamaLM::generate(const torch::Tensor& prompt, int64_t max_new_tok
              "generate: vocab_limit must be in [0, vocab_size = ", options_.vocab_size, "] (0: every id), got ",
              vocab_limit);
   auto& m = model();
-  const int64_t total = prompt.numel() + max_new_tokens;
+  // The last new token is returned, not fed back: the model sees prompt + max_new_tokens - 1.
+  const int64_t total = prompt.numel() + std::max<int64_t>(max_new_tokens - 1, 0);
   VOLT_CHECK(total <= options_.max_position_embeddings, ConfigError, "generate: prompt (", prompt.numel(),
-             " tokens) + max_new_tokens (", max_new_tokens, ") exceed the model's max_position_embeddings (",
+             " tokens) + max_new_tokens (", max_new_tokens, ") need ", total,
+             " positions (the last new token is not fed back), more than the model's max_position_embeddings (",
              options_.max_position_embeddings, ")");
   const bool was_training = is_training();
   eval();

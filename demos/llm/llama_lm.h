@@ -90,8 +90,9 @@ class LlamaLM : public LightningModule, public FlopsPerBatch {
   /// softmax with `generator` (greedy when temperature is 0). Stops early at `stop_id` (>= 0).
   /// Only ids below `vocab_limit` are drawn (0: the whole vocabulary): a vocabulary padded beyond
   /// the tokenizer's (configs/llm/1b.yaml: 32,000 for 8,000 pieces) never yields an id the
-  /// tokenizer cannot decode. Returns the new ids only. Runs without gradients, in eval mode, on
-  /// the model's device.
+  /// tokenizer cannot decode. prompt + max_new_tokens - 1 positions must fit in
+  /// max_position_embeddings (the last new token is not fed back; Hugging Face counts the same).
+  /// Returns the new ids only. Runs without gradients, in eval mode, on the model's device.
   torch::Tensor generate(const torch::Tensor& prompt, int64_t max_new_tokens, double temperature = 1.0,
                          int64_t top_k = 0, int64_t stop_id = -1, std::optional<at::Generator> generator = std::nullopt,
                          int64_t vocab_limit = 0);

@@ -86,7 +86,13 @@ void TokenData::load_tokenizer() {
     train.vocab_size = options_.tokenizer_vocab_size;
     train_tokenizer({options_.source_path(options_.train_file)}, path, train);
   }
-  tokenizer_ = std::make_shared<Tokenizer>(path);
+  auto tokenizer = std::make_shared<Tokenizer>(path);
+  // Without the piece the ids would run line into line, under a header that says otherwise.
+  VOLT_CHECK(!options_.add_bos || tokenizer->bos_id() >= 0, DataError, "data.add_bos is true but the tokenizer '", path,
+             "' has no <s> piece; set data.add_bos: false, or use a tokenizer that has one");
+  VOLT_CHECK(!options_.add_eos || tokenizer->eos_id() >= 0, DataError, "data.add_eos is true but the tokenizer '", path,
+             "' has no </s> piece; set data.add_eos: false, or use a tokenizer that has one");
+  tokenizer_ = std::move(tokenizer);
 }
 
 std::shared_ptr<const TokenFile> TokenData::split_file(const std::string& file) {

@@ -185,7 +185,7 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     VOLT_CHECK(got >= 8 && std::memcmp(b, kMagic, 7) == 0, DataError, "'", path,
                "' is not a volt token file (no VOLTTOK magic at its start)");
     VOLT_CHECK(b[7] == '1', DataError, "token file '", path, "' has format version '", static_cast<char>(b[7]),
-               "'; this volt reads version 1: delete it to have it made again");
+               "'; this volt reads version 1 (a file of data.cache_dir: delete it to have it made again)");
     VOLT_CHECK(got == TokenFileHeader::kBytes, DataError, "token file '", path, "' is truncated: ", got,
                " bytes, shorter than its ", TokenFileHeader::kBytes, "-byte header");
     header_.token_bytes = static_cast<uint32_t>(get_le(&b[8], 4));
@@ -204,7 +204,7 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     VOLT_CHECK(num_tokens <= payload / header_.token_bytes && payload == num_tokens * header_.token_bytes, DataError,
                "token file '", path, "' is ", st.st_size, " bytes but its header declares ", num_tokens, " tokens of ",
                header_.token_bytes, " bytes (", TokenFileHeader::kBytes + num_tokens * header_.token_bytes,
-               " bytes): it is truncated or damaged; delete it to have it made again");
+               " bytes): it is truncated or damaged (a file of data.cache_dir: delete it to have it made again)");
     header_.num_tokens = static_cast<int64_t>(num_tokens);
   } catch (...) {
     ::close(fd_);

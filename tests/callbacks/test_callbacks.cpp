@@ -564,6 +564,19 @@ TEST_CASE("ModelSummary lists the submodules and parameter counts", "[callbacks]
   for (auto& p : big->parameters()) total += p.numel();
   REQUIRE(total == 2178);
   CHECK_THAT(ModelSummary::summarize(*big, 1), Contains("2.2 K"));
+
+  // A tensor under two names (tied embeddings) counts once in the totals, as in Lightning's.
+  struct Holder : torch::nn::Module {};
+  struct Tied : torch::nn::Module {
+    Tied() {
+      auto w = register_parameter("embed", torch::zeros({100, 4}));
+      register_module("head", std::make_shared<Holder>())->register_parameter("weight", w);
+    }
+  };
+  const std::string tied = ModelSummary::summarize(Tied(), 1);
+  INFO(tied);
+  CHECK_THAT(tied, Contains("400       Total params") && Contains("0.002     Total estimated model params size") &&
+                       Contains("Holder |    400"));
 }
 
 TEST_CASE("CSVLogger: sorted header, rewritten when a key appears, new versions", "[callbacks][loggers][csv]") {

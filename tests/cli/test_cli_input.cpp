@@ -79,6 +79,8 @@ TEST_CASE("volt refuses a run without a config, a folder, a key given twice or a
       {{"fit", "--config", kTiny, "--trainer=5"}, "config key 'trainer': expected a map, got '5'"},
       {{"fit", "--config", kTiny, "--data.data_dir=" + dir + "/data"}, "valid.txt' is a folder"},
       {{"fit", "--config", kTiny, "--data.data_dir=" + dir + "/nowhere"}, "does not exist"},
+      {{"validate", "--config", kTiny, "--ckpt_path=" + dir + "/nowhere.ckpt"},
+       "config key 'ckpt_path': '" + dir + "/nowhere.ckpt' does not exist"},
       {{"fit", "--config", kTiny, "--trainer.devices=1000"}, "trainer.devices"},
       {{"fit", "--config", kTiny, "--model.lr=inf"}, "model.lr"},
       {{"fit", "--config", kTiny, "--data.block_size=100000"}, "data.block_size"},
@@ -104,6 +106,7 @@ TEST_CASE("volt refuses a run without a config, a folder, a key given twice or a
     CHECK(r.code == 2);
     CHECK_THAT(r.output, Contains(c.says));
     CHECK_FALSE(fs::exists(dir + "/lightning_logs"));
+    CHECK_FALSE(fs::exists(dir + "/runs"));  // configs/tiny.yaml's default_root_dir: no version folder made
   }
   if (::geteuid() != 0) {  // root reads any file
     write(dir + "/secret.yaml", "trainer: {}\n");

@@ -176,10 +176,15 @@ TEST_CASE("CLI: exit codes: 0 done, 2 bad config or usage, 1 a failure while run
   CHECK(run_main(cli, {"fit"}).code == 2);
   CHECK(run_main(cli, {}).code == 2);
   CHECK(run_main(cli, {"train", "--config", cfg}).code == 2);
-  // A missing checkpoint is found while running.
+  // A missing checkpoint is a usage error, found before anything is built; a damaged one is found
+  // while running.
   const MainRun r = run_main(cli, {"validate", "--config", cfg, "--ckpt_path=" + dir + "/none.ckpt"});
-  CHECK(r.code == 1);
-  CHECK_THAT(r.err, Contains("none.ckpt"));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Contains("config key 'ckpt_path'") && Contains("none.ckpt"));
+  std::ofstream(dir + "/junk.ckpt") << "not a checkpoint";
+  const MainRun junk = run_main(cli, {"validate", "--config", cfg, "--ckpt_path=" + dir + "/junk.ckpt"});
+  CHECK(junk.code == 1);
+  CHECK_THAT(junk.err, Contains("junk.ckpt"));
 }
 
 TEST_CASE("CLI --help lists every key with its type and default, and exits 0", "[cli]") {

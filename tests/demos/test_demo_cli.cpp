@@ -10,6 +10,7 @@
 
 #include "boring_model.h"
 #include "cli/cli_support.h"
+#include "demos/llm/llm_data_support.h"
 #include "volt/core/errors.h"
 #include "volt/demos/demo_cli.h"
 #include "volt/demos/wikitext2_data.h"
@@ -92,6 +93,37 @@ TEST_CASE("demo CLI: model.vocab_size smaller than the data's vocabulary is a Co
 
   const std::string negative = config_error_of(dir, "-3");
   CHECK_THAT(negative, Contains("model.vocab_size") && Contains(">= 0"));
+}
+
+TEST_CASE("demo CLI: LlamaLM's max_position_embeddings shorter than TokenData's block_size is refused before training",
+          "[demos][cli][llm]") {
+  const std::string dir = testing::temp_dir("demo-positions");
+  auto command = [&](int64_t positions) {
+    YAML::Node cfg = YAML::Load(
+        "trainer: {max_steps: 1, enable_progress_bar: false, enable_model_summary: false, enable_checkpointing: "
+        "false, num_sanity_val_steps: 0}\n"
+        "model: {class_path: LlamaLM, init_args: {hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, "
+        "intermediate_size: 32}}\n"
+        "data: {class_path: TokenData, init_args: {train_file: small.txt, val_file: '', test_file: small.txt, "
+        "tokenizer_vocab_size: 400, block_size: 16, batch_size: 2}}\n");
+    cfg["trainer"]["default_root_dir"] = dir;
+    cfg["model"]["init_args"]["max_position_embeddings"] = positions;
+    cfg["data"]["init_args"]["data_dir"] = testing::small_fixture();
+    cfg["data"]["init_args"]["cache_dir"] = dir + "/cache";
+    cli::Command c;
+    c.subcommand = "fit";
+    c.config = cfg;
+    return c;
+  };
+  try {
+    demos::run_cli(command(15));
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Contains("config key 'model.init_args.max_position_embeddings': 15 is shorter than "
+                                  "data.block_size (16 tokens a sample)"));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir + "/lightning_logs"));  // before the Trainer's set-up
+  CHECK(demos::run_cli(command(16)) == 0);
 }
 
 TEST_CASE("demo CLI: predict writes next tokens and target log-probabilities whose mean is the test loss",

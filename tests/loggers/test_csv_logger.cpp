@@ -2,8 +2,10 @@
 // versioned folders, written on flush.
 #include <sys/mount.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "boring_model.h"
@@ -136,6 +139,27 @@ TEST_CASE("CSVLogger versions: next free number under root/name, explicit versio
   CHECK(other.log_dir() == (fs::path(root) / "exp" / "version_0").string());
 }
 
+TEST_CASE("CSVLogger versions: loggers created at once in one root get distinct versions", "[unit][loggers][csv]") {
+  // Two runs started together both saw the same highest version_N and both wrote into N + 1.
+  const std::string root = temp_dir("csv-race");
+  constexpr int kRuns = 8;
+  std::vector<int64_t> versions(kRuns, -1);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> runs;
+  for (int i = 0; i < kRuns; ++i)
+    runs.emplace_back([&, i] {
+      ++ready;
+      while (ready.load() < kRuns) std::this_thread::yield();
+      versions[static_cast<size_t>(i)] = CSVLogger(root).version();
+    });
+  for (auto& t : runs) t.join();
+  std::sort(versions.begin(), versions.end());
+  for (int i = 0; i < kRuns; ++i) CHECK(versions[static_cast<size_t>(i)] == i);
+  // A file named like the next version is skipped, not an error.
+  { std::ofstream(root + "/lightning_logs/version_" + std::to_string(kRuns)) << "x"; }
+  CHECK(CSVLogger(root).version() == kRuns + 1);
+}
+
 TEST_CASE("CSVLogger reports a root it cannot create as a ConfigError", "[unit][loggers][csv]") {
   const std::string root = temp_dir("csv-unit");
   { std::ofstream(root + "/a_file") << "x"; }
@@ -160,15 +184,38 @@ TEST_CASE("CSVLogger: a full disk is an error naming the file, and the metrics a
     log.flush();
     const auto before = lines_in(path);
     REQUIRE(before.size() == 2);
-    fs::create_symlink("/dev/full", path + ".tmp");
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    fs::create_symlink("/dev/full", tmp);
     log.log_metrics({{"acc", 0.5}}, 1);
     try {
       log.flush();
       FAIL("flushed");
     } catch (const volt::Error& e) {
-      CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains(path + ".tmp"));
+      CHECK_THAT(std::string(e.what()),
+                 Catch::Matchers::Contains(path) && Catch::Matchers::Contains("No space left on device"));
     }
     CHECK(lines_in(path) == before);
+    CHECK_FALSE(fs::exists(fs::symlink_status(tmp)));  // the temporary file does not stay
+  }
+  {  // hparams.yaml and config.yaml are replaced whole or not at all (they were emptied before)
+    CSVLogger log(temp_dir("csv-full"));
+    log.log_hyperparams(YAML::Load("lr: 0.05\n"));
+    log.save_config(YAML::Load("trainer: {max_steps: 3}\n"));
+    for (const std::string f : {"hparams.yaml", "config.yaml"}) {
+      const std::string path = log.log_dir() + "/" + f;
+      fs::create_symlink("/dev/full", path + ".tmp." + std::to_string(::getpid()));
+      try {
+        if (f == "hparams.yaml")
+          log.log_hyperparams(YAML::Load("lr: 0.1\n"));
+        else
+          log.save_config(YAML::Load("trainer: {max_steps: 4}\n"));
+        FAIL("written");
+      } catch (const volt::Error& e) {
+        CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains(path));
+      }
+    }
+    CHECK(YAML::LoadFile(log.log_dir() + "/hparams.yaml")["lr"].as<double>() == 0.05);
+    CHECK(YAML::LoadFile(log.log_dir() + "/config.yaml")["trainer"]["max_steps"].as<int>() == 3);
   }
   {  // appending rows of known keys fails too
     CSVLogger log(temp_dir("csv-full"));

@@ -1,5 +1,6 @@
 #pragma once
-// Shared fixtures of the LLM data tests (tests/demos/llm/test_tokenizer.cpp, test_token_data.cpp):
+// Shared fixtures of the LLM data tests (tests/demos/llm/test_tokenizer.cpp, test_token_data.cpp,
+// tests/demos/test_demo_cli.cpp):
 // a small corpus, a tokenizer trained on it once per test binary, and the Python reference
 // (demos/llm/reference/token_file.py) run as a process.
 #include <torch/torch.h>

@@ -1,8 +1,11 @@
 // `volt generate` (demos/llm/generate.cpp) on checkpoints of short TokenData fits: a vocabulary
-// padded past the tokenizer's, a config whose vocab_size is 0 (the tokenizer's), and what is refused.
+// padded past the tokenizer's, a config whose vocab_size is 0 (the tokenizer's), the context it
+// needs, what is refused, and its output streams.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
@@ -11,6 +14,7 @@
 #include "volt/demos/llm/generate.h"
 #include "volt/demos/llm/llama_lm.h"
 #include "volt/demos/llm/token_data.h"
+#include "volt/demos/llm/tokenizer.h"
 #include "volt/trainer/trainer.h"
 
 using namespace volt;
@@ -110,4 +114,60 @@ TEST_CASE("volt generate --config: vocab_size 0 (or absent) is the tokenizer's, 
   std::ostringstream out;
   CHECK_THROWS_WITH(demos::run_generate(g, out),
                     Catch::Contains("the tokenizer has 400 pieces, the model's vocabulary only 300"));
+}
+
+TEST_CASE("volt generate: the context it needs, unusable tokenizers and prompts, the text alone on stdout",
+          "[demos][llm][generate]") {
+  const std::string dir = temp_dir("llm-generate-edges");
+  const std::string ckpt = fit_and_save(dir, 400);  // max_position_embeddings 128
+  const demos::Tokenizer tok(small_fixture() + "/tok.model");
+  auto g = sampling(ckpt);
+  g.temperature = 0.0;
+  const int64_t prompt = static_cast<int64_t>(tok.encode(g.prompt, true).size());
+  // The last new token is not fed back: prompt + max_new_tokens - 1 positions, as Hugging Face.
+  g.max_new_tokens = 128 - prompt + 1;
+  std::ostringstream fits;
+  CHECK(demos::run_generate(g, fits) == 0);
+  g.max_new_tokens += 1;
+  CHECK_THROWS_WITH(demos::run_generate(g, fits), Catch::Contains("need 129 positions"));
+
+  g = sampling(ckpt);
+  g.max_new_tokens = 2;
+  g.tokenizer = dir + "/nowhere.model";
+  CHECK_THROWS_AS(demos::run_generate(g, fits), ConfigError);
+  g.tokenizer = ckpt;  // not a SentencePiece model
+  CHECK_THROWS_WITH(demos::run_generate(g, fits), Catch::StartsWith("--tokenizer: "));
+  g = sampling(ckpt);
+  g.prompt = "caf\xe9";
+  CHECK_THROWS_WITH(demos::run_generate(g, fits), Catch::StartsWith("--prompt: ") && Catch::Contains("UTF-8"));
+
+  // A tokenizer without <s> (the piece renamed in the model file): --add_bos true cannot hold, and
+  // TokenData refuses data.add_bos rather than run the lines together.
+  std::string bytes = read_text(small_fixture() + "/tok.model");
+  const size_t at = bytes.find("<s>");
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at, 3, "<q>");
+  const std::string no_bos = dir + "/no-bos.model";
+  write_file(no_bos, bytes);
+  REQUIRE(demos::Tokenizer(no_bos).bos_id() < 0);
+  g = sampling(ckpt);
+  g.tokenizer = no_bos;
+  CHECK_THROWS_WITH(demos::run_generate(g, fits), Catch::Contains("has no <s> piece"));
+  g.add_bos = false;
+  CHECK(demos::run_generate(g, fits) == 0);
+  auto data_opts = data_options(dir);
+  data_opts.tokenizer = no_bos;
+  demos::TokenData data(data_opts);
+  CHECK_THROWS_WITH(data.prepare_data(), Catch::Contains("data.add_bos is true") && Catch::Contains("no <s> piece"));
+
+  // The command: the text on stdout, the log lines on stderr.
+  const std::string cmd = std::string(VOLT_CLI) + " generate --ckpt_path=" + ckpt + " --tokenizer=" + small_fixture() +
+                          "/tok.model --prompt 'The river' --max_new_tokens 5 --temperature 0 > " + dir +
+                          "/out.txt 2> " + dir + "/err.txt";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const std::string out = read_text(dir + "/out.txt"), err = read_text(dir + "/err.txt");
+  CHECK(out.rfind("The river", 0) == 0);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  CHECK(out.find("[info]") == std::string::npos);
+  CHECK_THAT(err, Catch::Contains("generate: ") && Catch::Contains(" tokens in "));
 }
