@@ -32,6 +32,13 @@ struct Vars {
     }
     throw DistributedError(detail::str_cat("environment variable ", key, "='", s, "' is not an integer"));
   }
+  /// A TCP port, range-checked before it narrows to int (2^32 + 29500 is not 29500).
+  int port(const char* key) const {
+    const int64_t p = integer(key);
+    VOLT_CHECK(p > 0 && p < 65536, DistributedError, "environment variable ", key, "=", p,
+               " is not a TCP port (1-65535)");
+    return static_cast<int>(p);
+  }
   /// The first of `keys` that is set, as an integer; `fallback` when none is.
   int64_t first_int(std::initializer_list<const char*> keys, int64_t fallback) const {
     for (const char* k : keys)
@@ -51,6 +58,7 @@ void read_torchrun(const Vars& v, ClusterEnv& c) {
   c.source = v.has("VOLT_LAUNCHED") ? "volt" : "torchrun";
   c.rank = v.integer("RANK");
   c.world_size = v.integer("WORLD_SIZE");
+  VOLT_CHECK(c.world_size >= 1, DistributedError, "environment variable WORLD_SIZE must be >= 1, got ", c.world_size);
   c.local_rank = v.first_int({"LOCAL_RANK"}, c.rank);
   c.local_world_size = v.first_int({"LOCAL_WORLD_SIZE"}, c.world_size);
   VOLT_CHECK(c.local_world_size >= 1, DistributedError, "environment variable LOCAL_WORLD_SIZE must be >= 1, got ",
@@ -60,7 +68,7 @@ void read_torchrun(const Vars& v, ClusterEnv& c) {
   VOLT_CHECK(v.has("MASTER_ADDR") && v.has("MASTER_PORT"), DistributedError,
              "RANK and WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; set both (torchrun does)");
   c.master_addr = *v.get("MASTER_ADDR");
-  c.port = static_cast<int>(v.integer("MASTER_PORT"));
+  c.port = v.port("MASTER_PORT");
   c.port_given = true;
 }
 
@@ -82,7 +90,7 @@ void read_slurm(const Vars& v, ClusterEnv& c) {
   const auto nodes = v.first({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
   c.master_addr = v.has("MASTER_ADDR") ? *v.get("MASTER_ADDR") : detail::first_slurm_host(nodes.value_or("127.0.0.1"));
   if (v.has("MASTER_PORT")) {
-    c.port = static_cast<int>(v.integer("MASTER_PORT"));
+    c.port = v.port("MASTER_PORT");
   } else {
     // Lightning's rule: a port derived from the job id, so every task agrees without talking.
     c.port = static_cast<int>(10000 + v.first_int({"SLURM_JOB_ID"}, 0) % 20000);
@@ -96,7 +104,7 @@ void read_self_launch(const Vars& v, ClusterEnv& c) {
   c.node_rank = v.first_int({"NODE_RANK", "GROUP_RANK"}, 0);
   if (auto a = v.get("MASTER_ADDR")) c.master_addr = *a;
   if (v.has("MASTER_PORT")) {
-    c.port = static_cast<int>(v.integer("MASTER_PORT"));
+    c.port = v.port("MASTER_PORT");
     c.port_given = true;
   }
   VOLT_CHECK(c.node_rank >= 0, DistributedError, "environment variable NODE_RANK must be >= 0, got ", c.node_rank);

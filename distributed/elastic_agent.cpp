@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -43,8 +44,9 @@ struct ElasticAgent::Impl {
   std::unique_ptr<PeerWatchdog> watchdog;  // the agents' heartbeats; null on one node
   std::vector<pid_t> pids;                 // this attempt's ranks (index: local rank)
   std::vector<bool> running;
-  std::string failure;        // this attempt's failure (the first posted by any node)
-  std::string fatal;          // a reason no restart can mend
+  std::vector<std::optional<Clock::time_point>> stopped;  // since when a rank is stopped (SIGSTOP)
+  std::string failure;                                    // this attempt's failure (the first posted by any node)
+  std::string fatal;                                      // a reason no restart can mend
   bool fatal_config = false;  // ... a rank's configuration error (exit code 2): the agent exits 2 too
 
   void connect();
@@ -54,6 +56,9 @@ struct ElasticAgent::Impl {
   void start_ranks(int64_t k, int port);
   Outcome watch(int64_t k);
   void post_failure(int64_t k, const std::string& what);
+  /// A rank stopped or continued (waitpid's WUNTRACED / WCONTINUED): recorded in the store, so that
+  /// the failure it leads to (a peer's heartbeat timeout, on any node) names it.
+  void note_stopped(int64_t k, size_t i, int status);
   /// Tells every agent that the job ends without a restart (`fatal`), and reads such news.
   void post_fatal();
   bool fatal_posted();
@@ -98,6 +103,7 @@ void ElasticAgent::Impl::connect() {
 bool ElasticAgent::Impl::wait_count(const std::string& k, int64_t n, std::chrono::milliseconds timeout,
                                     const char* what) {
   const auto start = Clock::now();
+  Clock::duration next_report = std::chrono::seconds(10);
   for (;;) {
     if (store->add(k, 0) >= n) return true;
     if (fatal_posted()) return false;
@@ -117,10 +123,25 @@ bool ElasticAgent::Impl::wait_count(const std::string& k, int64_t n, std::chrono
       fatal = agent_lost() + " while " + what;
       return false;
     }
-    if (Clock::now() - start > timeout) {
+    if (const int sig = detail::StopSignals::requested()) {
+      fatal = detail::str_cat("the restart agent of ", where(), " was stopped by ", strsignal(sig), " while ", what);
+      return false;
+    }
+    const auto waited = Clock::now() - start;
+    if (waited > timeout) {
       fatal = detail::str_cat("only ", store->add(k, 0), " of ", n, " nodes' agents arrived within ",
                               std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), " s while ", what);
       return false;
+    }
+    if (waited >= next_report) {  // after 10 s, then every 30 s, as a rank waiting for its peers
+      spdlog::warn(
+          "restart agent of {}: {} of {} nodes' agents have arrived at {}:{} after {} s ({}); start the "
+          "others with the same trainer.num_nodes, --master_addr and --master_port, each with its "
+          "--node_rank (this one gives up after {} s)",
+          where(), store->add(k, 0), n, o.plan.master_addr, o.plan.port,
+          std::chrono::duration_cast<std::chrono::seconds>(waited).count(), what,
+          std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+      next_report += next_report < std::chrono::seconds(30) ? std::chrono::seconds(20) : std::chrono::seconds(30);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -146,15 +167,44 @@ void ElasticAgent::Impl::start_ranks(int64_t k, int port) {
   ::setenv("TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts).c_str(), 1);
   pids.clear();
   running.clear();
+  stopped.clear();
   for (int64_t r = 0; r < o.plan.devices; ++r) {
     detail::set_rank_environment(o.plan, r, port, threads);
     pids.push_back(detail::spawn_self(args, detail::str_cat("rank ", o.plan.node_rank * o.plan.devices + r)));
     running.push_back(true);
+    stopped.emplace_back();
+  }
+}
+
+void ElasticAgent::Impl::note_stopped(int64_t k, size_t i, int status) {
+  const int64_t rank = o.plan.node_rank * o.plan.devices + static_cast<int64_t>(i);
+  const std::string k_note = key(k, "stopped_rank");
+  try {
+    if (WIFSTOPPED(status)) {
+      stopped[i] = Clock::now();
+      const std::string note = detail::str_cat(where(), ": rank ", rank, " (pid ", pids[i], ") was stopped by ",
+                                               strsignal(WSTOPSIG(status)));
+      store->compareSet(k_note, {}, std::vector<uint8_t>(note.begin(), note.end()));  // the first stop wins
+    } else if (stopped[i]) {                                                          // continued: no longer a suspect
+      stopped[i].reset();
+      if (store->check({k_note}) &&
+          get_string(*store, k_note).find(detail::str_cat(": rank ", rank, " (pid ", pids[i], ")")) !=
+              std::string::npos)
+        store->deleteKey(k_note);
+    }
+  } catch (const std::exception&) {  // the store is gone: the failure says so
   }
 }
 
 void ElasticAgent::Impl::post_failure(int64_t k, const std::string& what) {
-  const std::string desc = detail::str_cat(where(), ": ", what);
+  std::string desc = detail::str_cat(where(), ": ", what);
+  // A rank that stopped (SIGSTOP, a debugger) makes its peers fail (no heartbeat) without failing
+  // itself: it is the cause, whichever exit is seen first.
+  try {
+    const std::string k_note = key(k, "stopped_rank");
+    if (store->check({k_note})) desc = detail::str_cat(get_string(*store, k_note), ", then ", desc);
+  } catch (const std::exception&) {
+  }
   const std::vector<uint8_t> v(desc.begin(), desc.end());
   try {
     store->compareSet(key(k, "failed"), {}, v);  // the first post wins
@@ -220,7 +270,11 @@ Outcome ElasticAgent::Impl::watch(int64_t k) {
     for (size_t i = 0; i < pids.size(); ++i) {
       if (!running[i]) continue;
       int st = 0;
-      if (::waitpid(pids[i], &st, WNOHANG) != pids[i]) continue;
+      if (::waitpid(pids[i], &st, WNOHANG | WUNTRACED | WCONTINUED) != pids[i]) continue;
+      if (WIFSTOPPED(st) || WIFCONTINUED(st)) {
+        note_stopped(k, i, st);
+        continue;
+      }
       running[i] = false;
       if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
       post_failure(k, detail::describe_exit(detail::str_cat("rank ", first + static_cast<int64_t>(i)), pids[i], st));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -14,6 +15,7 @@
 #include "volt/core/compat.h"
 #include "volt/core/config_diff.h"
 #include "volt/core/errors.h"
+#include "volt/core/signals.h"
 #include "volt/distributed/peer_watchdog.h"
 
 namespace volt::detail {
@@ -166,6 +168,41 @@ void wait_for_verdict(c10d::Store& store, const View& me, std::chrono::milliseco
 }
 }  // namespace
 
+namespace {
+/// A client's connect retries in silence until its timeout (trainer.strategy.timeout, 30 minutes by
+/// default): made in slices, it says whom it waits for between them, as agree_on_world does once
+/// connected. A stop signal (the first SIGINT / SIGTERM) ends the wait.
+c10::intrusive_ptr<c10d::Store> connect_client(const ClusterEnv& env, c10d::TCPStoreOptions so,
+                                               std::chrono::milliseconds timeout) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  const auto start = std::chrono::steady_clock::now();
+  milliseconds slice = std::chrono::seconds(10);
+  for (;;) {
+    const auto waited = duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+    so.timeout = std::max(milliseconds(1), std::min(slice, timeout - waited));
+    try {
+      auto store = compat::make_tcp_store(env.master_addr, so);
+      store->setTimeout(timeout);
+      return store;
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      std::transform(what.begin(), what.end(), what.begin(), [](unsigned char c) { return std::tolower(c); });
+      const auto now = duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+      if (what.find("timed out") == std::string::npos || now >= timeout) throw;
+      if (const int sig = StopSignals::requested())
+        throw DistributedError(str_cat("rank ", env.rank, " (node ", env.node_rank, "): stopped by ", strsignal(sig),
+                                       " while waiting for the rendezvous store at ", env.master_addr, ":", env.port));
+      spdlog::warn(
+          "rank {} (node {}): no rendezvous store answers at {}:{} after {} s: is rank 0 (node 0) started, with the "
+          "same MASTER_ADDR and MASTER_PORT? (waiting up to {} s, trainer.strategy.timeout)",
+          env.rank, env.node_rank, env.master_addr, env.port, (now.count() + 500) / 1000, timeout.count() / 1000);
+      slice = std::chrono::seconds(30);
+    }
+  }
+}
+}  // namespace
+
 c10::intrusive_ptr<c10d::Store> connect_store(const ClusterEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(env.port);
@@ -173,6 +210,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const ClusterEnv& env, std::chrono
   so.numWorkers = static_cast<size_t>(env.world_size);
   so.waitWorkers = false;  // agree_on_world waits, watching for failures
   so.timeout = timeout;
+  if (!so.isServer) return connect_client(env, so, timeout);
   try {
     return compat::make_tcp_store(env.master_addr, so);
   } catch (const std::exception& e) {

@@ -1,12 +1,24 @@
 #include "volt/trainer/strategy_factory.h"
 
 #include "volt/core/errors.h"
+#include "volt/distributed/cluster_env.h"
 #include "volt/strategies/ddp.h"
 #include "volt/strategies/fsdp/fsdp_strategy.h"
 
 namespace volt {
 
 namespace {
+/// A one-process strategy in one of several processes that torchrun or srun started: each would
+/// train alone, as a job of one (the parallel strategies check WORLD_SIZE as they launch).
+void check_not_one_of_many(const TrainerOptions& options) {
+  const ClusterEnv env = ClusterEnv::detect();
+  VOLT_CHECK(env.source == "none" || env.world_size == 1, ConfigError, "the ", env.source,
+             " environment says WORLD_SIZE=", env.world_size, " but devices x num_nodes = ", options.devices, " x ",
+             options.num_nodes, " = 1, a one-process strategy: each of the ", env.world_size,
+             " processes would train alone. Set trainer.devices (and num_nodes) to match the launcher's processes, "
+             "with strategy ddp or fsdp (auto picks ddp)");
+}
+
 std::unique_ptr<Strategy> make(const TrainerOptions& options) {
   Precision precision(options.precision, options.accelerator);
   const int64_t world = options.devices * options.num_nodes;
@@ -14,6 +26,7 @@ std::unique_ptr<Strategy> make(const TrainerOptions& options) {
   if (name == "single_device") {
     VOLT_CHECK(world == 1, ConfigError, "config key 'trainer.strategy': single_device runs one process, but devices x ",
                "num_nodes = ", world, "; use strategy: ddp or fsdp");
+    check_not_one_of_many(options);
     return std::make_unique<SingleDeviceStrategy>(std::move(precision), options.accelerator);
   }
   if (name == "ddp")

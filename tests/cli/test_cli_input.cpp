@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -79,7 +80,8 @@ TEST_CASE("volt refuses a run without a config, a folder, a key given twice or a
       {{"fit", "--config", kTiny, "--trainer=5"}, "config key 'trainer': expected a map, got '5'"},
       {{"fit", "--config", kTiny, "--data.data_dir=" + dir + "/data"}, "valid.txt' is a folder"},
       {{"fit", "--config", kTiny, "--data.data_dir=" + dir + "/nowhere"}, "does not exist"},
-      {{"validate", "--config", kTiny, "--ckpt_path=" + dir + "/nowhere.ckpt"},
+      {{"validate", "--config", kTiny, "--trainer.default_root_dir=" + dir + "/runs",
+        "--ckpt_path=" + dir + "/nowhere.ckpt"},
        "config key 'ckpt_path': '" + dir + "/nowhere.ckpt' does not exist"},
       {{"fit", "--config", kTiny, "--trainer.devices=1000"}, "trainer.devices"},
       {{"fit", "--config", kTiny, "--model.lr=inf"}, "model.lr"},
@@ -106,7 +108,7 @@ TEST_CASE("volt refuses a run without a config, a folder, a key given twice or a
     CHECK(r.code == 2);
     CHECK_THAT(r.output, Contains(c.says));
     CHECK_FALSE(fs::exists(dir + "/lightning_logs"));
-    CHECK_FALSE(fs::exists(dir + "/runs"));  // configs/tiny.yaml's default_root_dir: no version folder made
+    CHECK_FALSE(fs::exists(dir + "/runs"));  // the ckpt_path case's root: no version folder made
   }
   if (::geteuid() != 0) {  // root reads any file
     write(dir + "/secret.yaml", "trainer: {}\n");
@@ -114,6 +116,27 @@ TEST_CASE("volt refuses a run without a config, a folder, a key given twice or a
     const Run r = volt_cli({"fit", "--config", dir + "/secret.yaml"}, dir);
     CHECK(r.code == 2);
     CHECK_THAT(r.output, Contains("cannot be read") && Contains("ermission denied"));
+  }
+}
+
+TEST_CASE("volt under torchrun or srun with a one-process strategy refuses to train alone in each process",
+          "[cli][launch]") {
+  // devices: 1 (configs/tiny.yaml's) with strategy auto under a launcher that started 2 processes:
+  // each trained as a job of one, and the second's fit found the first's checkpoint lock.
+  const std::string dir = temp_dir("cli-one-of-many");
+  const std::vector<std::map<std::string, std::string>> launchers = {
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29613"}},
+      {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "77"}}};
+  for (size_t i = 0; i < launchers.size(); ++i) {
+    const std::string prefix = dir + "/run" + std::to_string(i);
+    const int code = run_processes({{VOLT_CLI, "fit", "--config", kTiny, "--trainer.default_root_dir=" + dir + "/runs",
+                                     "--data.data_dir=" + std::string(VOLT_SOURCE_DIR) + "/../shared/data/wikitext-2"}},
+                                   {launchers[i]}, 120, prefix)[0];
+    const std::string out = read_text(prefix + ".0.log");
+    INFO(out);
+    CHECK(code == 2);
+    CHECK_THAT(out, Contains("WORLD_SIZE=2") && Contains("would train alone"));
+    CHECK_FALSE(fs::exists(dir + "/runs"));
   }
 }
 

@@ -63,6 +63,20 @@ TEST_CASE("inconsistent launcher environments are DistributedErrors", "[distribu
   std::map<std::string, std::string> notint{
       {"RANK", "one"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}};
   CHECK_THROWS_WITH(ClusterEnv::detect(&notint), Catch::Contains("RANK"));
+  // 2^32 + 29500 narrowed to int was 29500: a port of another job.
+  std::map<std::string, std::string> wide{
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "4294996796"}};
+  CHECK_THROWS_WITH(ClusterEnv::detect(&wide), Catch::Contains("MASTER_PORT=4294996796 is not a TCP port"));
+  std::map<std::string, std::string> slurm_wide{
+      {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"MASTER_PORT", "4294996796"}};
+  CHECK_THROWS_WITH(ClusterEnv::detect(&slurm_wide), Catch::Contains("MASTER_PORT=4294996796"));
+  std::map<std::string, std::string> self_wide{{"MASTER_PORT", "-4294937296"}};
+  CHECK_THROWS_WITH(ClusterEnv::detect(&self_wide), Catch::Contains("is not a TCP port"));
+  // WORLD_SIZE=0 is named itself, not LOCAL_WORLD_SIZE (which defaults to it).
+  std::map<std::string, std::string> empty_world{
+      {"RANK", "0"}, {"WORLD_SIZE", "0"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}};
+  CHECK_THROWS_WITH(ClusterEnv::detect(&empty_world),
+                    Catch::Contains("WORLD_SIZE must be >= 1, got 0") && !Catch::Contains("LOCAL_WORLD_SIZE"));
 }
 
 TEST_CASE("first SLURM host parsing", "[distributed][env]") {

@@ -238,3 +238,53 @@ TEST_CASE("max_restarts on one node only: both nodes end within seconds, naming 
     }
   }
 }
+
+TEST_CASE("max_restarts: a rank that stops (SIGSTOP) is named as the cause, not the peer that saw it",
+          "[agent][multirank][fault]") {
+  // Rank 1 freezes; rank 0 misses its heartbeats and exits with code 1 first. The restart line
+  // named rank 0.
+  const std::string dir = temp_dir("agent-stopped-rank");
+  auto kv = restartable(dir, "ddp");
+  kv["trainer.max_restarts"] = "1";
+  kv["fault_rank"] = "1";
+  kv["fault_step"] = "5";
+  kv["fault_kind"] = "stop";
+  kv["fault_attempt"] = "0";
+  REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir, 180) == 0);
+  const std::string log = read_text(dir + "/worker.0.log");
+  INFO(log);
+  CHECK_THAT(log, Contains("restart 1 of 1: node 0") && Contains(": rank 1 (pid ") &&
+                      Contains(") was stopped by Stopped") && Contains(", then node 0"));
+  CHECK(read_worker_output(dir + "/o.pt").global_step == 12);
+  CHECK(no_worker_left(dir));
+}
+
+TEST_CASE("max_restarts: an agent waiting for the other nodes' agents says so, and a signal ends the wait",
+          "[agent][multirank][fault]") {
+  const std::string dir = temp_dir("agent-alone");
+  auto kv = restartable(dir, "ddp");
+  kv["trainer.devices"] = "1";
+  kv["trainer.num_nodes"] = "2";
+  kv["trainer.max_restarts"] = "1";
+  const std::string port = std::to_string(volt::detail::find_free_port());
+  std::thread stopper([&] {
+    for (int i = 0; i < 300 && read_text(dir + "/node.0.log").find("nodes' agents have arrived") == std::string::npos;
+         ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string cmd = "pkill -TERM -f -o '[v]olt_test_worker --out=" + dir + "/o.pt'";
+    CHECK(std::system(cmd.c_str()) == 0);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto codes =
+      run_processes({worker_argv(dir + "/o.pt", kv)},
+                    {{{"NODE_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}}}, 120, dir + "/node");
+  stopper.join();
+  const std::string log = read_text(dir + "/node.0.log");
+  INFO(log);
+  CHECK(codes[0] != 0);
+  CHECK(codes[0] != -1);                                                    // ended by itself
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(40));  // not the 10-minute join timeout
+  CHECK_THAT(log, Contains("1 of 2 nodes' agents have arrived at 127.0.0.1:" + port) &&
+                      Contains("was stopped by Terminated while starting an attempt"));
+  CHECK(no_worker_left(dir));
+}

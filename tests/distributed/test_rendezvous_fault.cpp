@@ -1,9 +1,13 @@
 // A launched rank that dies before it joins the rendezvous makes rank 0 fail at once, naming it,
-// instead of waiting in the store for the whole timeout.
+// instead of waiting in the store for the whole timeout; a rank waiting for rank 0's store says so.
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "boring_model.h"
@@ -105,4 +109,46 @@ TEST_CASE("rank 0 on a port in use says the port is taken and by whom it may be"
     CHECK_THAT(e.what(), Catch::Contains(std::to_string(port)) && Catch::Contains("RANK=0") &&
                              Catch::Contains("free MASTER_PORT"));
   }
+}
+
+TEST_CASE("a rank whose store is not there yet says whom it waits for, and connects once it is",
+          "[distributed][fault]") {
+  // The client's connect retried in silence for the whole timeout (30 minutes by default): a node
+  // started before node 0 (or without it) said nothing.
+  const int port = volt::detail::find_free_port();
+  volt::ClusterEnv env;
+  env.rank = 1;
+  env.world_size = 2;
+  env.node_rank = 1;
+  env.master_addr = "127.0.0.1";
+  env.port = port;
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+  spdlog::default_logger()->sinks().push_back(sink);
+  struct Unhook {
+    std::shared_ptr<spdlog::sinks::sink> s;
+    ~Unhook() {
+      auto& sinks = spdlog::default_logger()->sinks();
+      sinks.erase(std::remove(sinks.begin(), sinks.end(), s), sinks.end());
+    }
+  } unhook{sink};
+  c10::intrusive_ptr<c10d::Store> server;
+  std::thread late_rank0([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(12));
+    volt::ClusterEnv zero = env;
+    zero.rank = 0;
+    zero.node_rank = 0;
+    server = volt::detail::connect_store(zero, std::chrono::seconds(30));
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto client = volt::detail::connect_store(env, std::chrono::seconds(60));
+  late_rank0.join();
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::seconds(12));
+  CHECK(client->getTimeout() == std::chrono::seconds(60));  // the job's timeout, not the slice's
+  client->set("k", std::vector<uint8_t>{7});
+  CHECK(server->get("k") == std::vector<uint8_t>{7});
+  std::string said;
+  for (const auto& line : sink->last_formatted()) said += line;
+  CHECK_THAT(said, Catch::Contains("rank 1 (node 1): no rendezvous store answers at 127.0.0.1:" + std::to_string(port) +
+                                   " after ") &&
+                       Catch::Contains("is rank 0 (node 0) started"));
 }
