@@ -1,5 +1,8 @@
 #include "volt/trainer/strategy_factory.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "volt/core/errors.h"
 #include "volt/distributed/cluster_env.h"
 #include "volt/strategies/ddp.h"
@@ -12,6 +15,11 @@ namespace {
 /// train alone, as a job of one (the parallel strategies check WORLD_SIZE as they launch).
 void check_not_one_of_many(const TrainerOptions& options) {
   const ClusterEnv env = ClusterEnv::detect();
+  // An interactive allocation's shell (salloc: job name bash or interactive) carries the job's task
+  // count but is one process; Lightning does not treat it as SLURM's either.
+  const char* job = std::getenv("SLURM_JOB_NAME");
+  const std::string job_name = job ? job : "";
+  if (env.source == "slurm" && (job_name == "bash" || job_name == "interactive")) return;
   VOLT_CHECK(env.source == "none" || env.world_size == 1, ConfigError, "the ", env.source,
              " environment says WORLD_SIZE=", env.world_size, " but devices x num_nodes = ", options.devices, " x ",
              options.num_nodes, " = 1, a one-process strategy: each of the ", env.world_size,

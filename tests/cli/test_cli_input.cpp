@@ -138,6 +138,15 @@ TEST_CASE("volt under torchrun or srun with a one-process strategy refuses to tr
     CHECK_THAT(out, Contains("WORLD_SIZE=2") && Contains("would train alone"));
     CHECK_FALSE(fs::exists(dir + "/runs"));
   }
+  // An interactive allocation's shell (salloc) is one process, as Lightning sees it: it trains.
+  const std::string prefix = dir + "/interactive";
+  const int code =
+      run_processes({{VOLT_CLI, "fit", "--config", kTiny, "--trainer.default_root_dir=" + dir + "/runs",
+                      "--data.data_dir=" + std::string(VOLT_SOURCE_DIR) + "/../shared/data/wikitext-2",
+                      "--trainer.max_steps=1", "--trainer.limit_val_batches=0"}},
+                    {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NAME", "bash"}}}, 120, prefix)[0];
+  INFO(read_text(prefix + ".0.log"));
+  CHECK(code == 0);
 }
 
 TEST_CASE("Several --config files merge in order, key by key, as LightningCLI's", "[cli]") {
