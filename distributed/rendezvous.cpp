@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -64,13 +65,20 @@ void set_string(c10d::Store& store, const std::string& key, const std::string& v
 /// A second process with this rank fails at once, naming the first.
 void claim_rank(c10d::Store& store, const View& me, PeerWatchdog* watchdog) {
   if (store.add(claim_key(me.rank), 1) == 1) {
-    set_string(store, claimant_key(me.rank), me.who());
+    set_string(store, claimant_key(me.rank), me.encode());
     return;
   }
-  const std::string first =
-      store.check({claimant_key(me.rank)}) ? get_string(store, claimant_key(me.rank)) : "another process";
-  const std::string msg = str_cat("RANK=", me.rank, " is claimed twice: by ", first, " and by pid ", me.pid,
-                                  " on host ", me.host, "; every process of the job needs its own RANK");
+  std::optional<View> first;
+  if (store.check({claimant_key(me.rank)})) first = View::decode(get_string(store, claimant_key(me.rank)));
+  std::string msg = str_cat("RANK=", me.rank, " is claimed twice: by ", first ? first->who() : "another process",
+                            " and by pid ", me.pid, " on host ", me.host);
+  // Nodes started with other devices (or num_nodes) number their ranks from other bases: the
+  // duplicate is a symptom, the world sizes are the cause.
+  if (first && first->world != me.world)
+    msg += str_cat(", which have WORLD_SIZE=", first->world, " and ", me.world,
+                   ": every node must be started with the same trainer.devices and num_nodes");
+  else
+    msg += "; every process of the job needs its own RANK";
   if (watchdog) watchdog->report(msg);
   throw DistributedError(msg);
 }

@@ -93,6 +93,34 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a RANK claimed twice by processes of other WORLD_SIZEs names the world sizes as the cause",
+          "[distributed][multirank][fault][launch]") {
+  // Node 0 started with devices 2 (ranks 0-1 of 4), node 1 with devices 1 (rank 1 of 2): the
+  // duplicate RANK=1 is a symptom; the message named only the duplicate.
+  const std::string dir = temp_dir("rdzv-claim-worlds");
+  auto kv = quiet_worker_kv(dir);
+  kv["trainer.strategy"] = "{name: ddp, timeout: 600}";
+  const int port = volt::detail::find_free_port();
+  std::vector<std::vector<std::string>> argvs;
+  std::vector<std::map<std::string, std::string>> envs;
+  for (const auto& [rank, world] : std::vector<std::pair<int, int>>{{0, 4}, {1, 4}, {1, 2}}) {
+    auto k = kv;
+    k["trainer.devices"] = std::to_string(world);
+    argvs.push_back(worker_argv(dir + "/o.pt", k));
+    envs.push_back({{"RANK", std::to_string(rank)},
+                    {"WORLD_SIZE", std::to_string(world)},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", std::to_string(port)}});
+  }
+  const auto codes = run_processes(argvs, envs, 120, dir + "/rank");
+  const std::string claimants = read_text(dir + "/rank.1.log") + read_text(dir + "/rank.2.log");
+  INFO(claimants);
+  for (int code : codes) CHECK((code != 0 && code != -1));
+  CHECK_THAT(claimants, Catch::Contains("RANK=1 is claimed twice") && Catch::Contains("which have WORLD_SIZE=") &&
+                            Catch::Contains("the same trainer.devices and num_nodes"));
+  CHECK(no_worker_left(dir));
+}
+
 TEST_CASE("rank 0 on a port in use says the port is taken and by whom it may be", "[distributed][fault]") {
   const int port = volt::detail::find_free_port();
   volt::ClusterEnv first;
