@@ -484,14 +484,15 @@ int CLI::main(int argc, char** argv) {
     command.config = load(configs, args.overrides);
     return run(command);
   } catch (const ConfigError& e) {
-    std::cerr << program_ << ": config error: " << e.what() << std::endl;
+    // One write a line: the ranks of a node share stderr, and pieces would interleave.
+    std::cerr << program_ + ": config error: " + e.what() + "\n" << std::flush;
     return 2;
   } catch (const c10::Error& e) {
     // LibTorch's own errors (an allocation that failed, say): the message, not its C++ stack trace.
-    std::cerr << program_ << ": error: " << e.what_without_backtrace() << std::endl;
+    std::cerr << program_ + ": error: " + e.what_without_backtrace() + "\n" << std::flush;
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << program_ << ": error: " << e.what() << std::endl;
+    std::cerr << program_ + ": error: " + e.what() + "\n" << std::flush;
     return 1;
   }
 }
