@@ -136,7 +136,7 @@ std::string PlotImage::png() const {
 void PlotImage::write_png(const std::string& path) const {
   const std::string bytes = png();
   const std::string err = detail::write_file_atomic(path, bytes);
-  VOLT_CHECK(err.empty(), Error, "cannot write the image: ", err, " (is the folder writable? the disk full?)");
+  VOLT_CHECK(err.empty(), Error, "cannot write the image: ", err, "; is the folder writable, the disk full?");
 }
 
 }  // namespace volt

@@ -354,7 +354,8 @@ CLI::Resolved CLI::resolve_config(const YAML::Node& config) const {
                        : fallback ? *fallback
                                   : YAML::Node(),
                        given.has_value(), detail::join_key(r.model_prefix, link.target_arg)};
-    set_path(model_args, link.target_arg, link.compute(v));
+    const YAML::Node value = link.compute(v);
+    if (given || fallback || !value.IsNull()) set_path(model_args, link.target_arg, value);  // null: not the model's
   }
   r.model_args = r.model->resolve(model_args, r.model_prefix);
 

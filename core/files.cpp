@@ -37,7 +37,7 @@ bool remove_tree(const std::string& path) {
 
 std::string write_file_atomic(const std::string& path, const std::string& data) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask, as ofstream
   if (fd < 0) return "cannot create '" + tmp + "': " + std::strerror(errno);
   const char* p = data.data();
   size_t left = data.size();

@@ -92,7 +92,7 @@ void register_demo(CLI& cli) {
                        // The text is the command's output (`volt generate ... > out.txt`): the
                        // log lines go to stderr, as Hugging Face's and llama.cpp's do.
                        spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-                           "volt", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+                           "", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
                        return run_generate(parse_generate_args(argc, argv, 2), std::cout);
                      });
 }

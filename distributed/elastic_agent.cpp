@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <optional>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -44,9 +43,9 @@ struct ElasticAgent::Impl {
   std::unique_ptr<PeerWatchdog> watchdog;  // the agents' heartbeats; null on one node
   std::vector<pid_t> pids;                 // this attempt's ranks (index: local rank)
   std::vector<bool> running;
-  std::vector<std::optional<Clock::time_point>> stopped;  // since when a rank is stopped (SIGSTOP)
-  std::string failure;                                    // this attempt's failure (the first posted by any node)
-  std::string fatal;                                      // a reason no restart can mend
+  std::vector<bool> stopped;  // a rank stopped (SIGSTOP) and not continued since
+  std::string failure;        // this attempt's failure (the first posted by any node)
+  std::string fatal;          // a reason no restart can mend
   bool fatal_config = false;  // ... a rank's configuration error (exit code 2): the agent exits 2 too
 
   void connect();
@@ -141,7 +140,7 @@ bool ElasticAgent::Impl::wait_count(const std::string& k, int64_t n, std::chrono
           where(), store->add(k, 0), n, o.plan.master_addr, o.plan.port,
           std::chrono::duration_cast<std::chrono::seconds>(waited).count(), what,
           std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
-      next_report += next_report < std::chrono::seconds(30) ? std::chrono::seconds(20) : std::chrono::seconds(30);
+      next_report += std::chrono::seconds(30);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -172,7 +171,7 @@ void ElasticAgent::Impl::start_ranks(int64_t k, int port) {
     detail::set_rank_environment(o.plan, r, port, threads);
     pids.push_back(detail::spawn_self(args, detail::str_cat("rank ", o.plan.node_rank * o.plan.devices + r)));
     running.push_back(true);
-    stopped.emplace_back();
+    stopped.push_back(false);
   }
 }
 
@@ -181,12 +180,12 @@ void ElasticAgent::Impl::note_stopped(int64_t k, size_t i, int status) {
   const std::string k_note = key(k, "stopped_rank");
   try {
     if (WIFSTOPPED(status)) {
-      stopped[i] = Clock::now();
+      stopped[i] = true;
       const std::string note = detail::str_cat(where(), ": rank ", rank, " (pid ", pids[i], ") was stopped by ",
                                                strsignal(WSTOPSIG(status)));
       store->compareSet(k_note, {}, std::vector<uint8_t>(note.begin(), note.end()));  // the first stop wins
     } else if (stopped[i]) {                                                          // continued: no longer a suspect
-      stopped[i].reset();
+      stopped[i] = false;
       if (store->check({k_note}) &&
           get_string(*store, k_note).find(detail::str_cat(": rank ", rank, " (pid ", pids[i], ")")) !=
               std::string::npos)
@@ -237,7 +236,10 @@ void ElasticAgent::Impl::reap(bool block) {
 
 void ElasticAgent::Impl::stop_ranks() {
   for (size_t i = 0; i < pids.size(); ++i)
-    if (running[i]) ::kill(pids[i], SIGTERM);
+    if (running[i]) {
+      ::kill(pids[i], SIGTERM);
+      ::kill(pids[i], SIGCONT);  // a stopped rank handles it now, not at the SIGKILL
+    }
   const auto deadline = Clock::now() + o.stop_grace;
   while (Clock::now() < deadline) {
     reap(false);
@@ -372,7 +374,10 @@ bool ElasticAgent::attempts(std::vector<std::string>& failures) {
   for (int64_t k = 0; k <= s.o.max_restarts; ++k) {
     s.failure.clear();
     s.store->add(key(k, "joined"), 1);
-    if (!s.wait_count(key(k, "joined"), s.nodes, s.o.join_timeout, "starting an attempt")) break;
+    if (!s.wait_count(key(k, "joined"), s.nodes, s.o.join_timeout, "starting an attempt")) {
+      s.post_fatal();  // the agents still waiting learn why, instead of losing this one
+      break;
+    }
     s.start_ranks(k, s.attempt_port(k));
     const Outcome out = s.watch(k);
     if (out == Outcome::Succeeded) {
@@ -387,7 +392,10 @@ bool ElasticAgent::attempts(std::vector<std::string>& failures) {
     }
     failures.push_back(s.failure);
     s.store->add(key(k, "stopped"), 1);
-    if (!s.wait_count(key(k, "stopped"), s.nodes, s.o.stop_grace + s.o.join_timeout, "stopping the ranks")) break;
+    if (!s.wait_count(key(k, "stopped"), s.nodes, s.o.stop_grace + s.o.join_timeout, "stopping the ranks")) {
+      s.post_fatal();
+      break;
+    }
     if (k < s.o.max_restarts)
       spdlog::warn("restart {} of {}: {}; every rank was stopped, resuming from the last checkpoint", k + 1,
                    s.o.max_restarts, s.failure);

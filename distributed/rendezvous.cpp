@@ -178,17 +178,17 @@ void wait_for_verdict(c10d::Store& store, const View& me, std::chrono::milliseco
 
 namespace {
 /// A client's connect retries in silence until its timeout (trainer.strategy.timeout, 30 minutes by
-/// default): made in slices, it says whom it waits for between them, as agree_on_world does once
-/// connected. A stop signal (the first SIGINT / SIGTERM) ends the wait.
+/// default): made in slices of 2 s, it says whom it waits for (after 10 s, then every 30 s, as
+/// agree_on_world does once connected) and ends on a stop signal (the first SIGINT / SIGTERM).
 c10::intrusive_ptr<c10d::Store> connect_client(const ClusterEnv& env, c10d::TCPStoreOptions so,
                                                std::chrono::milliseconds timeout) {
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;
   const auto start = std::chrono::steady_clock::now();
-  milliseconds slice = std::chrono::seconds(10);
+  milliseconds next_report = std::chrono::seconds(10);
   for (;;) {
     const auto waited = duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
-    so.timeout = std::max(milliseconds(1), std::min(slice, timeout - waited));
+    so.timeout = std::max(milliseconds(1), std::min<milliseconds>(std::chrono::seconds(2), timeout - waited));
     try {
       auto store = compat::make_tcp_store(env.master_addr, so);
       store->setTimeout(timeout);
@@ -201,11 +201,13 @@ c10::intrusive_ptr<c10d::Store> connect_client(const ClusterEnv& env, c10d::TCPS
       if (const int sig = StopSignals::requested())
         throw DistributedError(str_cat("rank ", env.rank, " (node ", env.node_rank, "): stopped by ", strsignal(sig),
                                        " while waiting for the rendezvous store at ", env.master_addr, ":", env.port));
-      spdlog::warn(
-          "rank {} (node {}): no rendezvous store answers at {}:{} after {} s: is rank 0 (node 0) started, with the "
-          "same MASTER_ADDR and MASTER_PORT? (waiting up to {} s, trainer.strategy.timeout)",
-          env.rank, env.node_rank, env.master_addr, env.port, (now.count() + 500) / 1000, timeout.count() / 1000);
-      slice = std::chrono::seconds(30);
+      if (now >= next_report) {
+        spdlog::warn(
+            "rank {} (node {}): no rendezvous store answers at {}:{} after {} s: is rank 0 (node 0) started, with the "
+            "same MASTER_ADDR and MASTER_PORT? (waiting up to {} s, trainer.strategy.timeout)",
+            env.rank, env.node_rank, env.master_addr, env.port, (now.count() + 500) / 1000, timeout.count() / 1000);
+        next_report += std::chrono::seconds(30);
+      }
     }
   }
 }

@@ -43,7 +43,7 @@ std::string make_version_dir(const std::string& save_dir, const std::string& nam
       const fs::path dir = base / ("version_" + std::to_string(version));
       if (fs::create_directory(dir, ec)) return dir.string();
       const bool taken = !ec || ec == std::errc::file_exists;  // a folder, or a file of that name
-      VOLT_CHECK(taken && tries < 1000, ConfigError, "cannot create log directory '", dir.string(),
+      VOLT_CHECK(taken && tries < 999, ConfigError, "cannot create log directory '", dir.string(),
                  "': ", taken ? std::string("it and the 999 versions before it are taken") : ec.message());
     }
   }

@@ -12,19 +12,34 @@ namespace volt {
 
 namespace {
 /// A one-process strategy in one of several processes that torchrun or srun started: each would
-/// train alone, as a job of one (the parallel strategies check WORLD_SIZE as they launch).
+/// train alone, as a job of one (the parallel strategies check WORLD_SIZE as they launch). Only
+/// what a launcher sets for its processes counts: an environment that does not read as a launch
+/// (stale or partial variables), a SLURM batch script's own shell (no SLURM_STEP_NUM_TASKS, which
+/// srun sets) and an interactive allocation's shell (job name bash or interactive, Lightning's
+/// rule) are one process.
 void check_not_one_of_many(const TrainerOptions& options) {
-  const ClusterEnv env = ClusterEnv::detect();
-  // An interactive allocation's shell (salloc: job name bash or interactive) carries the job's task
-  // count but is one process; Lightning does not treat it as SLURM's either.
-  const char* job = std::getenv("SLURM_JOB_NAME");
-  const std::string job_name = job ? job : "";
-  if (env.source == "slurm" && (job_name == "bash" || job_name == "interactive")) return;
-  VOLT_CHECK(env.source == "none" || env.world_size == 1, ConfigError, "the ", env.source,
-             " environment says WORLD_SIZE=", env.world_size, " but devices x num_nodes = ", options.devices, " x ",
-             options.num_nodes, " = 1, a one-process strategy: each of the ", env.world_size,
+  ClusterEnv env;
+  try {
+    env = ClusterEnv::detect();
+  } catch (const DistributedError&) {
+    return;
+  }
+  std::string count = detail::str_cat("WORLD_SIZE=", env.world_size);
+  int64_t processes = env.source == "torchrun" ? env.world_size : 1;
+  if (env.source == "slurm") {
+    const char* job = std::getenv("SLURM_JOB_NAME");
+    const std::string job_name = job ? job : "";
+    const char* step_tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+    if (step_tasks && job_name != "bash" && job_name != "interactive") {
+      processes = std::atoll(step_tasks);
+      count = detail::str_cat("SLURM_STEP_NUM_TASKS=", processes);
+    }
+  }
+  VOLT_CHECK(processes <= 1, ConfigError, "the ", env.source, " environment says ", count,
+             " but devices x num_nodes = ", options.devices, " x ", options.num_nodes,
+             " = 1, a one-process strategy: each of the ", processes,
              " processes would train alone. Set trainer.devices (and num_nodes) to match the launcher's processes, "
-             "with strategy ddp or fsdp (auto picks ddp)");
+             "with strategy ddp or fsdp (auto picks ddp), or start one process");
 }
 
 std::unique_ptr<Strategy> make(const TrainerOptions& options) {

@@ -134,11 +134,6 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
              tokenizer.vocab_size(), " pieces, the model's vocabulary only ", options.vocab_size,
              "; pass the tokenizer the model was trained with");
 
-  LlamaLM model(options);
-  model.configure_model();
-  const auto report = load_weights(model, o.ckpt_path);
-  spdlog::info("generate: {} tensors from {} ({})", report.loaded, o.ckpt_path, report.format);
-
   VOLT_CHECK(!o.add_bos || tokenizer.bos_id() >= 0, ConfigError, "volt generate: --add_bos is true but the tokenizer '",
              tokenizer_path, "' has no <s> piece; pass --add_bos false (and a --prompt)");
   std::vector<int64_t> ids;
@@ -149,6 +144,11 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
   }
   VOLT_CHECK(!ids.empty(), ConfigError, "volt generate: the prompt is empty and --add_bos is false: nothing to ",
              "continue; give --prompt or --add_bos true");
+
+  LlamaLM model(options);
+  model.configure_model();
+  const auto report = load_weights(model, o.ckpt_path);
+  spdlog::info("generate: {} tensors from {} ({})", report.loaded, o.ckpt_path, report.format);
   auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(o.seed));
   const auto t0 = std::chrono::steady_clock::now();
   const auto next = model.generate(torch::tensor(ids, torch::kLong), o.max_new_tokens, o.temperature, o.top_k,

@@ -116,14 +116,15 @@ const volt_spm_api& sentencepiece() {
       using GetApi = const volt_spm_api* (*)();
       auto get = reinterpret_cast<GetApi>(::dlsym(handle, "volt_spm_get_api"));
       const volt_spm_api* found = get ? get() : nullptr;
-      VOLT_CHECK(found && found->version == VOLT_SPM_API_VERSION, DataError, "'", path,
+      // Error, not DataError: an installation fault, which no data or config change mends.
+      VOLT_CHECK(found && found->version == VOLT_SPM_API_VERSION, Error, "'", path,
                  "' is not volt_sentencepiece of this volt (interface version ", found ? found->version : -1,
                  ", expected ", VOLT_SPM_API_VERSION, "): rebuild it with this volt");
       return found;  // never closed: it lives as long as the process
     }
-    throw DataError(detail::str_cat("the SentencePiece module (volt_sentencepiece) cannot be loaded:", errors,
-                                    "\nBuild the volt_sentencepiece target (it is put beside libvolt.so), install ",
-                                    "libsentencepiece0, or name the module in VOLT_SENTENCEPIECE_MODULE"));
+    throw Error(detail::str_cat("the SentencePiece module (volt_sentencepiece) cannot be loaded:", errors,
+                                "\nBuild the volt_sentencepiece target (it is put beside libvolt.so), install ",
+                                "libsentencepiece0, or name the module in VOLT_SENTENCEPIECE_MODULE"));
   }();
   return *api;
 }

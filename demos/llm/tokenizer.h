@@ -34,7 +34,8 @@ struct TokenizerTrainOptions {
 class Tokenizer {
  public:
   /// Loads a SentencePiece model file. DataError naming the file when it is missing, unreadable or
-  /// not a SentencePiece model.
+  /// not a SentencePiece model; Error when the SentencePiece module cannot be loaded (an
+  /// installation fault: see VOLT_SENTENCEPIECE_MODULE).
   explicit Tokenizer(const std::string& model_path);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;

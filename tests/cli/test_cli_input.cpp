@@ -124,29 +124,36 @@ TEST_CASE("volt under torchrun or srun with a one-process strategy refuses to tr
   // devices: 1 (configs/tiny.yaml's) with strategy auto under a launcher that started 2 processes:
   // each trained as a job of one, and the second's fit found the first's checkpoint lock.
   const std::string dir = temp_dir("cli-one-of-many");
-  const std::vector<std::map<std::string, std::string>> launchers = {
-      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29613"}},
-      {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "77"}}};
-  for (size_t i = 0; i < launchers.size(); ++i) {
-    const std::string prefix = dir + "/run" + std::to_string(i);
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> launchers = {
+      {{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29613"}},
+       "torchrun environment says WORLD_SIZE=2"},
+      {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_JOB_ID", "77"}},
+       "slurm environment says SLURM_STEP_NUM_TASKS=2"}};
+  auto run = [&](const std::map<std::string, std::string>& env, const std::string& name) {
+    const std::string prefix = dir + "/" + name;
     const int code = run_processes({{VOLT_CLI, "fit", "--config", kTiny, "--trainer.default_root_dir=" + dir + "/runs",
-                                     "--data.data_dir=" + std::string(VOLT_SOURCE_DIR) + "/../shared/data/wikitext-2"}},
-                                   {launchers[i]}, 120, prefix)[0];
-    const std::string out = read_text(prefix + ".0.log");
+                                     "--data.data_dir=" + std::string(VOLT_SOURCE_DIR) + "/../shared/data/wikitext-2",
+                                     "--trainer.max_steps=1", "--trainer.limit_val_batches=0"}},
+                                   {env}, 120, prefix)[0];
+    return std::make_pair(code, read_text(prefix + ".0.log"));
+  };
+  for (size_t i = 0; i < launchers.size(); ++i) {
+    const auto [code, out] = run(launchers[i].first, "launched" + std::to_string(i));
     INFO(out);
     CHECK(code == 2);
-    CHECK_THAT(out, Contains("WORLD_SIZE=2") && Contains("would train alone"));
+    CHECK_THAT(out, Contains(launchers[i].second) && Contains("would train alone"));
     CHECK_FALSE(fs::exists(dir + "/runs"));
   }
-  // An interactive allocation's shell (salloc) is one process, as Lightning sees it: it trains.
-  const std::string prefix = dir + "/interactive";
-  const int code =
-      run_processes({{VOLT_CLI, "fit", "--config", kTiny, "--trainer.default_root_dir=" + dir + "/runs",
-                      "--data.data_dir=" + std::string(VOLT_SOURCE_DIR) + "/../shared/data/wikitext-2",
-                      "--trainer.max_steps=1", "--trainer.limit_val_batches=0"}},
-                    {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NAME", "bash"}}}, 120, prefix)[0];
-  INFO(read_text(prefix + ".0.log"));
-  CHECK(code == 0);
+  // One process, as Lightning sees it: an interactive allocation's shell (salloc), and a batch
+  // script's own shell (srun not used: no SLURM_STEP_NUM_TASKS). Both train.
+  const std::vector<std::map<std::string, std::string>> one_process = {
+      {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_JOB_NAME", "bash"}},
+      {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NAME", "train"}}};
+  for (size_t i = 0; i < one_process.size(); ++i) {
+    const auto [code, out] = run(one_process[i], "one" + std::to_string(i));
+    INFO(out);
+    CHECK(code == 0);
+  }
 }
 
 TEST_CASE("Several --config files merge in order, key by key, as LightningCLI's", "[cli]") {

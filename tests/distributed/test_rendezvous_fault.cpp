@@ -161,7 +161,7 @@ TEST_CASE("a rank whose store is not there yet says whom it waits for, and conne
   } unhook{sink};
   c10::intrusive_ptr<c10d::Store> server;
   std::thread late_rank0([&] {
-    std::this_thread::sleep_for(std::chrono::seconds(12));
+    std::this_thread::sleep_for(std::chrono::seconds(15));
     volt::ClusterEnv zero = env;
     zero.rank = 0;
     zero.node_rank = 0;
@@ -170,7 +170,7 @@ TEST_CASE("a rank whose store is not there yet says whom it waits for, and conne
   const auto t0 = std::chrono::steady_clock::now();
   auto client = volt::detail::connect_store(env, std::chrono::seconds(60));
   late_rank0.join();
-  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::seconds(12));
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::seconds(15));
   CHECK(client->getTimeout() == std::chrono::seconds(60));  // the job's timeout, not the slice's
   client->set("k", std::vector<uint8_t>{7});
   CHECK(server->get("k") == std::vector<uint8_t>{7});
