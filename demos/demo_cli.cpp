@@ -55,7 +55,8 @@ YAML::Node link_vocab_size(const LinkValues& v) {
 }
 
 /// model.max_position_embeddings against data.block_size: a check, not a fill (the model's table
-/// may be longer than the windows); shorter would fail at the first forward, after set-up.
+/// may be longer than the windows); shorter would fail at the first forward, after set-up. A
+/// model without the key (LanguageModel) is left as it is.
 YAML::Node check_positions(const LinkValues& v) {
   if (v.target.IsNull()) return v.target;  // a model without a position table (LanguageModel)
   const int64_t block = v.source.as<int64_t>();
@@ -82,9 +83,8 @@ void register_demo(CLI& cli) {
   cli.add_datamodule<TokenData>("TokenData");
   cli.link_arguments<TokenData>(
       "data.vocab_size", [](const TokenData& d) { return d.vocab_size(); }, "model.vocab_size", link_vocab_size);
-  cli.link_arguments<TokenData>(
-      "data.block_size", [](const TokenData& d) { return d.options().block_size; }, "model.max_position_embeddings",
-      check_positions);
+  // At parse time, before any data is prepared: both data classes have block_size.
+  cli.link_arguments("data.block_size", "model.max_position_embeddings", Link::OnParse, check_positions);
   cli.set_default_model("LanguageModel");
   cli.set_default_datamodule("WikiText2Data");
   cli.add_subcommand("generate", "Continues a prompt with a trained LlamaLM checkpoint (KV cache, top-k).",

@@ -95,7 +95,7 @@ TEST_CASE("demo CLI: model.vocab_size smaller than the data's vocabulary is a Co
   CHECK_THAT(negative, Contains("model.vocab_size") && Contains(">= 0"));
 }
 
-TEST_CASE("demo CLI: LlamaLM's max_position_embeddings shorter than TokenData's block_size is refused before training",
+TEST_CASE("demo CLI: LlamaLM's max_position_embeddings shorter than data.block_size is refused before any work",
           "[demos][cli][llm]") {
   const std::string dir = testing::temp_dir("demo-positions");
   auto command = [&](int64_t positions) {
@@ -123,6 +123,7 @@ TEST_CASE("demo CLI: LlamaLM's max_position_embeddings shorter than TokenData's 
                                   "data.block_size (16 tokens a sample)"));
   }
   CHECK_FALSE(std::filesystem::exists(dir + "/lightning_logs"));  // before the Trainer's set-up
+  CHECK_FALSE(std::filesystem::exists(dir + "/cache"));           // and before the data is prepared
   CHECK(demos::run_cli(command(16)) == 0);
 }
 
