@@ -20,6 +20,14 @@ std::vector<int64_t> mesh_group_ranks(const std::vector<int64_t>& shape, int64_t
 }
 }  // namespace detail
 
+namespace {
+std::string describe_shape(const std::vector<int64_t>& shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + ")";
+}
+}  // namespace
+
 void DeviceMesh::validate(const MeshLayout& layout, int64_t world_size, const std::string& key) {
   VOLT_CHECK(!layout.shape.empty() && layout.shape.size() == layout.names.size(), ConfigError, "config key '", key,
              "': a device mesh needs one name per dimension (", layout.shape.size(), " sizes, ", layout.names.size(),
@@ -27,7 +35,10 @@ void DeviceMesh::validate(const MeshLayout& layout, int64_t world_size, const st
   int64_t product = 1;
   for (int64_t s : layout.shape) {
     VOLT_CHECK(s >= 1, ConfigError, "config key '", key, "': mesh sizes must be >= 1, got ", s);
-    product *= s;
+    // A product that wraps (3 x 6148914691236517206 is 2 in int64) must not pass for the world.
+    VOLT_CHECK(!__builtin_mul_overflow(product, s, &product), ConfigError, "config key '", key, "': the mesh ",
+               describe_shape(layout.shape), " has more ranks than the world of ", world_size,
+               " (devices x num_nodes); the sizes must multiply to it");
   }
   std::set<std::string> seen;
   for (const auto& n : layout.names)

@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/torch.h>
 
+#include <unordered_set>
+
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
 #include "volt/strategies/module_policy.h"
@@ -18,10 +20,11 @@ using detail::RngSnapshot;
 
 class CheckpointBackward : public torch::autograd::Node {
  public:
-  CheckpointBackward(ForwardFn fn, TensorVec inputs, RngSnapshot rng, compat::AutocastState autocast,
+  CheckpointBackward(ForwardFn fn, TensorVec inputs, TensorVec params, RngSnapshot rng, compat::AutocastState autocast,
                      std::string module_name)
       : fn_(std::move(fn)),
         inputs_(std::move(inputs)),
+        params_(std::move(params)),
         rng_(std::move(rng)),
         autocast_(autocast),
         module_name_(std::move(module_name)) {
@@ -36,7 +39,7 @@ class CheckpointBackward : public torch::autograd::Node {
       VOLT_CHECK(!inputs_[i].defined() || inputs_[i]._version() == versions_[i], ConfigError,
                  "activation checkpointing of '", module_name_, "': input ", i,
                  " was modified in place after the forward; the recomputation would differ");
-    torch::autograd::variable_list result(inputs_.size());
+    torch::autograd::variable_list result(inputs_.size() + params_.size());
     if (grads.empty() || !grads[0].defined()) {
       release();
       return result;
@@ -68,9 +71,28 @@ class CheckpointBackward : public torch::autograd::Node {
     if (autocast_.cpu || autocast_.cuda) compat::clear_autocast_cache();
     autocast_now.apply();
     current.restore();
-    if (out.requires_grad()) torch::autograd::backward({out}, {grads[0]});
+    // [Note: one gradient arrival a parameter] The parameters' gradients are this node's outputs,
+    // not accumulated here (as a nested backward would): the outer backward sums every use of a
+    // parameter (a module checkpointed and called twice, a weight tied to one used outside) and
+    // runs its AccumulateGrad once. FSDP and DDP take that arrival as "this gradient is complete";
+    // a second one came after FSDP had reduced and freed the unit (a lost gradient, or a
+    // recomputation reading freed storage).
+    TensorVec wrt;
+    std::vector<size_t> slot;
     for (size_t i = 0; i < x.size(); ++i)
-      if (x[i].defined() && x[i].requires_grad()) result[i] = x[i].grad();
+      if (x[i].defined() && x[i].requires_grad()) {
+        wrt.push_back(x[i]);
+        slot.push_back(i);
+      }
+    for (size_t j = 0; j < params_.size(); ++j) {
+      wrt.push_back(params_[j]);
+      slot.push_back(inputs_.size() + j);
+    }
+    if (out.requires_grad() && !wrt.empty()) {
+      const auto g = torch::autograd::grad({out}, wrt, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
+                                           /*allow_unused=*/true);
+      for (size_t k = 0; k < g.size(); ++k) result[slot[k]] = g[k];
+    }
     release();
     return result;
   }
@@ -79,9 +101,11 @@ class CheckpointBackward : public torch::autograd::Node {
   void release() {
     fn_ = nullptr;
     inputs_.clear();
+    params_.clear();
   }
   ForwardFn fn_;
   TensorVec inputs_;
+  TensorVec params_;  // the module's parameters that require grad, each once
   std::vector<int64_t> versions_;
   RngSnapshot rng_;
   compat::AutocastState autocast_;
@@ -93,9 +117,12 @@ class CheckpointBackward : public torch::autograd::Node {
 torch::Tensor ActivationCheckpointing::around(torch::nn::Module& module, const TensorVec& inputs,
                                               const ForwardFn& next) {
   if (!torch::GradMode::is_enabled()) return next(inputs);
-  bool needs_grad = false;
+  TensorVec params;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& p : module.parameters())
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+  bool needs_grad = !params.empty();
   for (const auto& t : inputs) needs_grad = needs_grad || (t.defined() && t.requires_grad());
-  for (const auto& p : module.parameters()) needs_grad = needs_grad || p.requires_grad();
   if (!needs_grad) return next(inputs);
 
   RngSnapshot rng = RngSnapshot::capture(inputs);
@@ -117,9 +144,12 @@ torch::Tensor ActivationCheckpointing::around(torch::nn::Module& module, const T
     at::autocast::set_autocast_cache_enabled(cache);
   }
   if (out.is_view()) out = out.clone();  // the node must own a fresh output, not a view of an input
+  auto edges = torch::autograd::collect_next_edges(inputs);
+  for (const auto& e : torch::autograd::collect_next_edges(params)) edges.push_back(e);
   std::shared_ptr<CheckpointBackward> node(
-      new CheckpointBackward(next, inputs, std::move(rng), autocast, module.name()), torch::autograd::deleteNode);
-  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+      new CheckpointBackward(next, inputs, std::move(params), std::move(rng), autocast, module.name()),
+      torch::autograd::deleteNode);
+  node->set_next_edges(std::move(edges));
   torch::autograd::create_gradient_edge(out, node);
   return out;
 }

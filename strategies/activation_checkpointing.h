@@ -7,7 +7,10 @@
 /// body without a graph and gives the output a custom autograd node that recomputes it. Under FSDP
 /// FULL_SHARD the unit's pre-backward hook gathers its parameters before that node runs, so a
 /// recomputation gathers nothing extra. Unlike PyTorch's reentrant checkpoint, parameters inside get
-/// their gradients even when no input requires grad (the node is attached to the output directly).
+/// their gradients even when no input requires grad (the node is attached to the output directly),
+/// and the node hands their gradients to the outer backward instead of accumulating them itself:
+/// each parameter's gradient arrives once a backward, however many checkpointed calls (and uses
+/// outside them) it has, as without checkpointing (what FSDP's and DDP's reductions count on).
 ///
 /// Ownership: the modules hold the interceptors; the autograd graph holds what backward needs.
 /// Thread-safety: one training thread.

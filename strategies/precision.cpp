@@ -59,7 +59,8 @@ at::ScalarType Precision::dtype_from_name(const std::string& name, const std::st
   if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
   if (name == "float16" || name == "fp16" || name == "half") return at::kHalf;
   if (name == "float64" || name == "double") return at::kDouble;
-  throw ConfigError("config key '" + key + "': unknown dtype '" + name + "'; valid: float32, bfloat16, float16");
+  throw ConfigError("config key '" + key + "': unknown dtype '" + name +
+                    "'; valid: float32, bfloat16, float16, float64");
 }
 
 void Precision::enable_loss_scaling(std::function<bool(bool)> any_rank) {

@@ -1,5 +1,7 @@
 #include "volt/strategies/fsdp/fsdp_mesh.h"
 
+#include <string>
+
 #include "volt/core/errors.h"
 
 namespace volt::detail {
@@ -13,9 +15,12 @@ FSDPMesh::FSDPMesh(const FSDPOptions& options, int64_t devices, int64_t num_node
   } else if (s == ShardingStrategy::HybridShard || s == ShardingStrategy::HybridShardZero2) {
     std::vector<int64_t> mesh = options.device_mesh;
     if (mesh.empty()) mesh = {num_nodes, devices};
-    VOLT_CHECK(mesh[0] * mesh[1] == world, ConfigError, "config key 'trainer.strategy.device_mesh': (", mesh[0], ", ",
-               mesh[1], ") has ", mesh[0] * mesh[1], " ranks but the world has ", world,
-               " (devices x num_nodes); replicate_size x shard_size must equal it");
+    // A product that wraps (3 x 6148914691236517206 is 2 in int64) must not pass for the world.
+    int64_t ranks = 0;
+    const bool wraps = __builtin_mul_overflow(mesh[0], mesh[1], &ranks);
+    VOLT_CHECK(!wraps && ranks == world, ConfigError, "config key 'trainer.strategy.device_mesh': (", mesh[0], ", ",
+               mesh[1], ") has ", wraps ? std::string("more than 2^63") : std::to_string(ranks),
+               " ranks but the world has ", world, " (devices x num_nodes); replicate_size x shard_size must equal it");
     VOLT_CHECK(options.auto_wrap_policy.empty() == false || !options.device_mesh.empty(), ConfigError,
                "config key 'trainer.strategy': ", options.sharding_strategy,
                " needs an auto_wrap_policy or a device_mesh");

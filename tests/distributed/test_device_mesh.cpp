@@ -26,4 +26,8 @@ TEST_CASE("device mesh: layouts that do not fit the world are ConfigErrors namin
   CHECK_THROWS_WITH(DeviceMesh::validate({{2, 2}, {"dp"}}, 4, "k"), Contains("one name per dimension"));
   CHECK_THROWS_WITH(DeviceMesh::validate({{2, 2}, {"dp", "dp"}}, 4, "k"), Contains("'dp'"));
   CHECK_THROWS_WITH(DeviceMesh::validate({{0, 4}, {"a", "b"}}, 0, "k"), Contains(">= 1"));
+  // 3 x 6148914691236517206 = 2^64 + 2, which wraps to 2: it passed for a world of 2, and building
+  // its groups ran out of memory.
+  CHECK_THROWS_WITH(DeviceMesh::validate({{3, 6148914691236517206}, {"a", "b"}}, 2, "k"),
+                    Contains("(3, 6148914691236517206) has more ranks than the world of 2"));
 }
