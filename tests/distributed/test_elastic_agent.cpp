@@ -31,6 +31,17 @@ std::map<std::string, std::string> restartable(const std::string& dir, const std
   return kv;
 }
 
+/// restartable() with `restarts` restarts and a fault: `kind` on rank `rank` at step `step`.
+std::map<std::string, std::string> faulty(const std::string& dir, int restarts, int rank, int step,
+                                          const std::string& kind) {
+  auto kv = restartable(dir, "ddp");
+  kv["trainer.max_restarts"] = std::to_string(restarts);
+  kv["fault_rank"] = std::to_string(rank);
+  kv["fault_step"] = std::to_string(step);
+  kv["fault_kind"] = kind;
+  return kv;
+}
+
 WorkerResult uninterrupted(const std::string& strategy) {
   const std::string dir = temp_dir("agent-whole");
   REQUIRE(run_worker(args_for(dir + "/o.pt", restartable(dir, strategy)), dir) == 0);
@@ -72,11 +83,7 @@ TEST_CASE(
 TEST_CASE("max_restarts: a job that fails every attempt exits non-zero naming each failure",
           "[agent][multirank][fault]") {
   const std::string dir = temp_dir("agent-fail");
-  auto kv = restartable(dir, "ddp");
-  kv["trainer.max_restarts"] = "1";
-  kv["fault_rank"] = "1";
-  kv["fault_step"] = "3";
-  kv["fault_kind"] = "exit";  // every attempt
+  auto kv = faulty(dir, 1, 1, 3, "exit");  // every attempt
   CHECK(run_worker(args_for(dir + "/o.pt", kv), dir) != 0);
   const std::string log = read_text(dir + "/worker.0.log");
   CHECK_THAT(log, Contains("the job failed 2 time(s), more than trainer.max_restarts=1 allows"));
@@ -88,11 +95,7 @@ TEST_CASE("max_restarts: a job that fails every attempt exits non-zero naming ea
 TEST_CASE("max_restarts: a rank's configuration error (exit code 2) ends the job without a restart",
           "[agent][multirank][fault]") {
   const std::string dir = temp_dir("agent-config-error");
-  auto kv = restartable(dir, "ddp");
-  kv["trainer.max_restarts"] = "2";
-  kv["fault_rank"] = "1";
-  kv["fault_step"] = "3";
-  kv["fault_kind"] = "exit2";
+  auto kv = faulty(dir, 2, 1, 3, "exit2");
   CHECK(run_worker(args_for(dir + "/o.pt", kv), dir) != 0);
   const std::string log = read_text(dir + "/worker.0.log");
   CHECK_THAT(log, Contains("exited with code 2 (a configuration error: a restart would meet it again)"));
@@ -244,11 +247,7 @@ TEST_CASE("max_restarts: a rank that stops (SIGSTOP) is named as the cause, not 
   // Rank 1 freezes; rank 0 misses its heartbeats and exits with code 1 first. The restart line
   // named rank 0.
   const std::string dir = temp_dir("agent-stopped-rank");
-  auto kv = restartable(dir, "ddp");
-  kv["trainer.max_restarts"] = "1";
-  kv["fault_rank"] = "1";
-  kv["fault_step"] = "5";
-  kv["fault_kind"] = "stop";
+  auto kv = faulty(dir, 1, 1, 5, "stop");
   kv["fault_attempt"] = "0";
   REQUIRE(run_worker(args_for(dir + "/o.pt", kv), dir, 180) == 0);
   const std::string log = read_text(dir + "/worker.0.log");

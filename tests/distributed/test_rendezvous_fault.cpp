@@ -18,6 +18,27 @@
 
 using namespace volt::testing;
 
+namespace {
+/// Starts one worker per (RANK, WORLD_SIZE) pair, as torchrun would with those variables (devices =
+/// WORLD_SIZE), all meeting at one free port; returns their exit codes (logs in <dir>/rank.<i>.log).
+std::vector<int> run_torchrun_ranks(const std::string& dir, const std::map<std::string, std::string>& kv,
+                                    const std::vector<std::pair<int, int>>& rank_world) {
+  const int port = volt::detail::find_free_port();
+  std::vector<std::vector<std::string>> argvs;
+  std::vector<std::map<std::string, std::string>> envs;
+  for (const auto& [rank, world] : rank_world) {
+    auto k = kv;
+    k["trainer.devices"] = std::to_string(world);
+    argvs.push_back(worker_argv(dir + "/o.pt", k));
+    envs.push_back({{"RANK", std::to_string(rank)},
+                    {"WORLD_SIZE", std::to_string(world)},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", std::to_string(port)}});
+  }
+  return run_processes(argvs, envs, 120, dir + "/rank");
+}
+}  // namespace
+
 TEST_CASE("a rank that dies before the rendezvous fails the job within seconds, naming it",
           "[distributed][multirank][fault]") {
   for (std::string strategy : {"ddp", "fsdp"}) {
@@ -63,23 +84,11 @@ TEST_CASE(
       auto kv = quiet_worker_kv(dir);
       kv["trainer.strategy"] = "{name: ddp, timeout: 600}";
       kv["samples"] = "20000";  // training outlasts the news of a late duplicate
-      const int port = volt::detail::find_free_port();
-      std::vector<std::vector<std::string>> argvs;
-      std::vector<std::map<std::string, std::string>> envs;
-      for (const auto& [rank, world] : c.rank_world) {
-        auto k = kv;
-        k["trainer.devices"] = std::to_string(world);
-        argvs.push_back(worker_argv(dir + "/o.pt", k));
-        envs.push_back({{"RANK", std::to_string(rank)},
-                        {"WORLD_SIZE", std::to_string(world)},
-                        {"MASTER_ADDR", "127.0.0.1"},
-                        {"MASTER_PORT", std::to_string(port)}});
-      }
       const auto t0 = std::chrono::steady_clock::now();
-      const auto codes = run_processes(argvs, envs, 120, dir + "/rank");
+      const auto codes = run_torchrun_ranks(dir, kv, c.rank_world);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::string logs;
-      for (size_t i = 0; i < argvs.size(); ++i) logs += read_text(dir + "/rank." + std::to_string(i) + ".log");
+      for (size_t i = 0; i < codes.size(); ++i) logs += read_text(dir + "/rank." + std::to_string(i) + ".log");
       INFO(logs);
       for (int code : codes) {
         CHECK(code != 0);
@@ -100,19 +109,7 @@ TEST_CASE("a RANK claimed twice by processes of other WORLD_SIZEs names the worl
   const std::string dir = temp_dir("rdzv-claim-worlds");
   auto kv = quiet_worker_kv(dir);
   kv["trainer.strategy"] = "{name: ddp, timeout: 600}";
-  const int port = volt::detail::find_free_port();
-  std::vector<std::vector<std::string>> argvs;
-  std::vector<std::map<std::string, std::string>> envs;
-  for (const auto& [rank, world] : std::vector<std::pair<int, int>>{{0, 4}, {1, 4}, {1, 2}}) {
-    auto k = kv;
-    k["trainer.devices"] = std::to_string(world);
-    argvs.push_back(worker_argv(dir + "/o.pt", k));
-    envs.push_back({{"RANK", std::to_string(rank)},
-                    {"WORLD_SIZE", std::to_string(world)},
-                    {"MASTER_ADDR", "127.0.0.1"},
-                    {"MASTER_PORT", std::to_string(port)}});
-  }
-  const auto codes = run_processes(argvs, envs, 120, dir + "/rank");
+  const auto codes = run_torchrun_ranks(dir, kv, {{0, 4}, {1, 4}, {1, 2}});
   const std::string claimants = read_text(dir + "/rank.1.log") + read_text(dir + "/rank.2.log");
   INFO(claimants);
   for (int code : codes) CHECK((code != 0 && code != -1));
