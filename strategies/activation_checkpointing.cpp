@@ -2,10 +2,12 @@
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/torch.h>
 
 #include <unordered_set>
+#include <vector>
 
 #include "volt/core/compat.h"
 #include "volt/core/errors.h"
@@ -17,6 +19,29 @@ namespace volt {
 namespace {
 
 using detail::RngSnapshot;
+
+/// The leaves the recomputed graph reaches besides `known` (the detached inputs and the module's
+/// parameters): tensors the forward read from elsewhere (another module's weight through a pointer,
+/// an unregistered member). This node has no edge to them, so their gradients are accumulated
+/// here, as a nested backward did before (see [Note: one gradient arrival a parameter]).
+TensorVec other_leaves(const torch::Tensor& out, const std::unordered_set<const c10::TensorImpl*>& known) {
+  TensorVec found;
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> stack;
+  if (out.grad_fn()) stack.push_back(out.grad_fn().get());
+  while (!stack.empty()) {
+    torch::autograd::Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(n)) {
+      if (!known.count(acc->variable.unsafeGetTensorImpl())) found.push_back(acc->variable);
+      continue;
+    }
+    for (const auto& e : n->next_edges())
+      if (e.function) stack.push_back(e.function.get());
+  }
+  return found;
+}
 
 class CheckpointBackward : public torch::autograd::Node {
  public:
@@ -35,6 +60,11 @@ class CheckpointBackward : public torch::autograd::Node {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     VOLT_CHECK(fn_ != nullptr, ConfigError, "activation checkpointing of '", module_name_,
                "': backward ran twice through the same forward (retain_graph is not supported with checkpointing)");
+    // Grad mode is on inside a backward only with create_graph: the gradients below would carry no
+    // history, and a second-order gradient through them would be silently wrong.
+    VOLT_CHECK(!torch::GradMode::is_enabled(), ConfigError, "activation checkpointing of '", module_name_,
+               "': backward with create_graph (a double backward) is not supported; checkpoint no module on "
+               "that path");
     for (size_t i = 0; i < inputs_.size(); ++i)
       VOLT_CHECK(!inputs_[i].defined() || inputs_[i]._version() == versions_[i], ConfigError,
                  "activation checkpointing of '", module_name_, "': input ", i,
@@ -85,13 +115,20 @@ class CheckpointBackward : public torch::autograd::Node {
         slot.push_back(i);
       }
     for (size_t j = 0; j < params_.size(); ++j) {
+      if (!params_[j].requires_grad()) continue;  // frozen since the forward
       wrt.push_back(params_[j]);
       slot.push_back(inputs_.size() + j);
     }
-    if (out.requires_grad() && !wrt.empty()) {
-      const auto g = torch::autograd::grad({out}, wrt, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
-                                           /*allow_unused=*/true);
-      for (size_t k = 0; k < g.size(); ++k) result[slot[k]] = g[k];
+    if (out.requires_grad()) {
+      std::unordered_set<const c10::TensorImpl*> known;
+      for (const auto& t : wrt) known.insert(t.unsafeGetTensorImpl());
+      const TensorVec others = other_leaves(out, known);
+      if (!wrt.empty()) {
+        const auto g = torch::autograd::grad({out}, wrt, {grads[0]}, /*retain_graph=*/!others.empty(),
+                                             /*create_graph=*/false, /*allow_unused=*/true);
+        for (size_t k = 0; k < g.size(); ++k) result[slot[k]] = g[k];
+      }
+      if (!others.empty()) torch::autograd::backward({out}, {grads[0]}, /*retain_graph=*/false, false, others);
     }
     release();
     return result;

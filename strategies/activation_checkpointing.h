@@ -11,6 +11,10 @@
 /// and the node hands their gradients to the outer backward instead of accumulating them itself:
 /// each parameter's gradient arrives once a backward, however many checkpointed calls (and uses
 /// outside them) it has, as without checkpointing (what FSDP's and DDP's reductions count on).
+/// Tensors the forward reads from elsewhere (not an input, not the module's parameter) get their
+/// gradients accumulated inside the node, as before. On LibTorch 2.x a hook registered on a
+/// parameter with register_hook also sees each checkpointed call's part of its gradient. A double
+/// backward (create_graph) through a checkpointed module is a ConfigError.
 ///
 /// Ownership: the modules hold the interceptors; the autograd graph holds what backward needs.
 /// Thread-safety: one training thread.

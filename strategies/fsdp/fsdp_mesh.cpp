@@ -19,7 +19,7 @@ FSDPMesh::FSDPMesh(const FSDPOptions& options, int64_t devices, int64_t num_node
     int64_t ranks = 0;
     const bool wraps = __builtin_mul_overflow(mesh[0], mesh[1], &ranks);
     VOLT_CHECK(!wraps && ranks == world, ConfigError, "config key 'trainer.strategy.device_mesh': (", mesh[0], ", ",
-               mesh[1], ") has ", wraps ? std::string("more than 2^63") : std::to_string(ranks),
+               mesh[1], ") has ", wraps ? std::string("at least 2^63") : std::to_string(ranks),
                " ranks but the world has ", world, " (devices x num_nodes); replicate_size x shard_size must equal it");
     VOLT_CHECK(options.auto_wrap_policy.empty() == false || !options.device_mesh.empty(), ConfigError,
                "config key 'trainer.strategy': ", options.sharding_strategy,

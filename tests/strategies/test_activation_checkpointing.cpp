@@ -218,6 +218,44 @@ TEST_CASE("activation checkpointing: a parameter's gradient arrives once a backw
     CHECK(plain_arrivals.at(name) == 1);
   }
   CHECK(worst_difference(plain, ac) < 1e-6);
+
+  // A tensor the checkpointed forward reads from elsewhere (not an input, not its parameter) still
+  // gets its gradient; a double backward through the recomputation is refused, not first-order.
+  struct Reader : HookedModule {
+    torch::Tensor* outside;
+    explicit Reader(torch::Tensor* w) : HookedModule("Reader"), outside(w) {}
+    torch::Tensor forward(const torch::Tensor& x) {
+      return intercepted({x}, [this](const TensorVec& in) { return torch::tanh(in[0].matmul(*outside)); });
+    }
+  };
+  struct Holder : torch::nn::Module {
+    std::shared_ptr<Reader> reader;
+    explicit Holder(torch::Tensor* w) { reader = register_module("reader", std::make_shared<Reader>(w)); }
+  };
+  torch::manual_seed(1);
+  torch::Tensor w = torch::randn({4, 4}).requires_grad_(true);
+  const torch::Tensor x = torch::randn({3, 4});
+  auto grad_of_w = [&](bool checkpointing) {
+    w.mutable_grad() = torch::Tensor();
+    Holder h(&w);
+    if (checkpointing) {
+      ModulePolicy p;
+      p.module_types = {"Reader"};
+      REQUIRE(apply_activation_checkpointing(h, p, "test") == 1);
+    }
+    h.reader->forward(x).square().sum().backward();
+    REQUIRE(w.grad().defined());
+    return w.grad().clone();
+  };
+  CHECK(torch::allclose(grad_of_w(false), grad_of_w(true)));
+  Holder h(&w);
+  ModulePolicy p;
+  p.module_types = {"Reader"};
+  REQUIRE(apply_activation_checkpointing(h, p, "test") == 1);
+  const torch::Tensor xg = torch::randn({3, 4}).requires_grad_(true);
+  const torch::Tensor y = h.reader->forward(xg).square().sum();
+  CHECK_THROWS_WITH(torch::autograd::grad({y}, {xg}, {}, /*retain_graph=*/true, /*create_graph=*/true),
+                    Catch::Contains("create_graph"));
 }
 
 TEST_CASE("activation checkpointing: a policy that selects nothing is a ConfigError", "[ac][config]") {
